@@ -1,0 +1,36 @@
+#pragma once
+// config.json of a Hugging Face model folder, reduced to what the engine runs.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace runahead {
+
+struct ModelConfig {
+  std::string architecture;  // "Qwen2ForCausalLM" or "LlamaForCausalLM"
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;        // num_hidden_layers
+  int num_heads = 0;         // num_attention_heads
+  int num_kv_heads = 0;      // num_key_value_heads (defaults to num_heads)
+  int head_dim = 0;          // head_dim, or hidden_size / num_heads
+  int max_position_embeddings = 0;
+  float rms_norm_eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;     // Qwen2: always; Llama: attention_bias
+  std::string torch_dtype;   // as declared; the tensors' own dtype wins
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;
+};
+
+// Throws EngineError{code "model_error"} naming `file` and the field on any problem.
+ModelConfig parse_config(const nlohmann::json& j, const std::string& file);
+ModelConfig load_config(const std::filesystem::path& model_dir);
+
+const std::vector<std::string>& supported_architectures();
+
+}  // namespace runahead

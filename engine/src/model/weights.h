@@ -1,0 +1,49 @@
+#pragma once
+// The weights of a decoder-only model, bound by role and shape-checked.
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/tensor.h"
+
+namespace runahead {
+
+struct LayerWeights {
+  Tensor attn_norm;               // [H]
+  Tensor wq, wk, wv;              // [nh*hd, H], [nkv*hd, H], [nkv*hd, H]
+  Tensor bq, bk, bv;              // biases (Qwen2), empty otherwise
+  Tensor wo;                      // [H, nh*hd]
+  Tensor mlp_norm;                // [H]
+  Tensor w_gate, w_up;            // [I, H]
+  Tensor w_down;                  // [H, I]
+};
+
+struct ModelWeights {
+  ModelConfig config;
+  Tensor embed;                   // [V, H]
+  std::vector<LayerWeights> layers;
+  Tensor final_norm;              // [H]
+  Tensor lm_head;                 // [V, H]; the same data as embed when tied
+  DType dtype = DType::BF16;      // dtype of the large matrices
+  int64_t parameters = 0;         // counted once even when tied
+  size_t weight_bytes = 0;        // bytes one decode step reads (embed row excluded, lm_head included)
+  std::string source;             // model folder, or "random:<shape>"
+  std::shared_ptr<void> storage;  // keeps the mapping / random buffers alive
+};
+
+using ProgressFn = std::function<void(const std::string& stage, int64_t done, int64_t total)>;
+
+// Loads config.json and the safetensors of `dir`, binds every tensor the architecture
+// needs, checks shapes. Throws EngineError naming file and field.
+ModelWeights load_model(const std::filesystem::path& dir, const ProgressFn& progress = {});
+
+// Names accepted by random_model: "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "qwen2.5-coder-7b".
+ModelConfig shape_config(const std::string& shape);
+// Random bf16 weights of a known shape, held in memory (for benchmarks without a download).
+ModelWeights random_model(const std::string& shape, uint64_t seed = 1);
+
+}  // namespace runahead

@@ -1,0 +1,48 @@
+#pragma once
+// What a backend (CPU, CUDA) offers the scheduler: a forward over new tokens that
+// appends to its own KV cache, and rollback of that cache. Everything above this
+// interface (prefix reuse, sampling, stopping, speculation) is backend-independent.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/weights.h"
+
+namespace runahead {
+
+struct BackendOptions {
+  int threads = 0;         // 0: one per physical core
+  int context_length = 0;  // 0: min(model's max_position_embeddings, 4096)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;                    // "cpu", "cuda"
+  virtual nlohmann::json describe() const = 0;             // threads, simd, active optimisations
+  virtual const ModelConfig& config() const = 0;
+  virtual int context_length() const = 0;                  // KV capacity in positions
+  virtual int kv_len() const = 0;                          // positions now in the KV cache
+
+  // Runs tokens at positions [kv_len(), kv_len() + n), appends their K/V, and writes
+  // the logits of the last `n_out` of them to `logits` as [n_out, vocab] row-major.
+  // n = 1 is a decode step, n = k+1 verifies k drafted tokens, large n is prefill.
+  // Throws EngineError{"context_overflow"} if kv_len() + n > context_length().
+  virtual void forward(std::span<const int32_t> tokens, int n_out, std::vector<float>& logits) = 0;
+
+  // The final hidden states (after the last layer, before the final norm) of the
+  // last `n_out` tokens of the most recent forward, [n_out, hidden]. Used by MTP heads.
+  virtual std::span<const float> hidden() const = 0;
+
+  // Rolls the KV cache back to its first n positions (n <= kv_len()).
+  virtual void truncate(int n) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> weights,
+                                          const BackendOptions& options);
+
+}  // namespace runahead
