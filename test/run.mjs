@@ -1,0 +1,58 @@
+#!/usr/bin/env node
+// The README's test command (`npm test`): installs and builds whatever is missing,
+// runs every suite (engine ctest, mocha unit + integration, and the end-to-end
+// editor test where it is enabled), and closes with one "N passed, N failed" line.
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+process.chdir(root);
+const pkg = JSON.parse(readFileSync('package.json', 'utf8'));
+
+function sh(cmd, args, opts = {}) {
+  console.log(`\n$ ${cmd} ${args.join(' ')}`);
+  const r = spawnSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 256 << 20, ...opts });
+  process.stdout.write(r.stdout ?? '');
+  process.stderr.write(r.stderr ?? '');
+  return { status: r.status ?? 1, out: `${r.stdout ?? ''}\n${r.stderr ?? ''}` };
+}
+
+const totals = { passed: 0, failed: 0 };
+function count(suite, passed, failed) {
+  console.log(`[test] ${suite}: ${passed} passed, ${failed} failed`);
+  totals.passed += passed;
+  totals.failed += failed;
+}
+
+// 1. npm packages (npm install also builds the engine through postinstall).
+if (!existsSync('node_modules/.package-lock.json')) {
+  const r = sh('npm', [existsSync('package-lock.json') ? 'ci' : 'install', '--no-audit', '--no-fund'], { stdio: ['ignore', 'inherit', 'inherit'] });
+  if (r.status !== 0) count('npm install', 0, 1);
+}
+
+// 2. The engine: build (incremental) and its ctest suite.
+const build = sh('node', ['engine/setup.mjs', '--quiet']);
+if (build.status !== 0) {
+  count('engine build', 0, 1);
+} else {
+  const ctest = sh('ctest', ['--test-dir', 'engine/build', '--output-on-failure', '--timeout', '600', '-j2']);
+  const m = ctest.out.match(/(\d+) tests failed out of (\d+)/);
+  if (m) count('engine (ctest)', Number(m[2]) - Number(m[1]), Number(m[1]));
+  else count('engine (ctest)', 0, 1);
+}
+
+// 3. JavaScript suites: each package.json script named test:<suite> that mocha runs.
+for (const suite of ['unit', 'integration', 'e2e']) {
+  const script = pkg.scripts?.[`test:${suite}`];
+  if (!script) continue;
+  if (suite === 'e2e' && process.env.RUNAHEAD_SKIP_E2E) { console.log('[test] e2e skipped (RUNAHEAD_SKIP_E2E)'); continue; }
+  const r = sh('npm', ['run', '--silent', `test:${suite}`]);
+  const passing = Number(r.out.match(/(\d+) passing/)?.[1] ?? 0);
+  const failing = Number(r.out.match(/(\d+) failing/)?.[1] ?? 0);
+  count(suite, passing, failing + (r.status !== 0 && failing === 0 ? 1 : 0));
+}
+
+console.log(`\n${totals.passed} passed, ${totals.failed} failed`);
+process.exit(totals.failed === 0 && totals.passed > 0 ? 0 : 1);
