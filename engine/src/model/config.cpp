@@ -1,0 +1,192 @@
+#include "model/config.h"
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "model/model_error.h"
+
+namespace runahead {
+
+using nlohmann::json;
+
+const std::vector<std::string>& supported_architectures() {
+  static const std::vector<std::string> names = {"Qwen2ForCausalLM", "LlamaForCausalLM"};
+  return names;
+}
+
+namespace {
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// Reads typed fields of one config.json; every complaint names the file and the field.
+class Fields {
+ public:
+  Fields(const json& j, const std::string& file) : j_(j), file_(file) {}
+
+  // The field's value, or nullptr when absent or null (HF writes null for "unset").
+  const json* find(const std::string& name) const {
+    auto it = j_.find(name);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  [[noreturn]] void fail(const std::string& name, const std::string& problem,
+                         const std::string& expected) const {
+    model_error(file_, name, "field '" + name + "' " + problem, expected);
+  }
+
+  int integer(const std::string& name, const json& v, int min) const {
+    const std::string expected = "an integer >= " + std::to_string(min);
+    if (!v.is_number_integer()) fail(name, "is " + describe(v), expected);
+    constexpr int64_t max = std::numeric_limits<int>::max();
+    const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(max);
+    const int64_t x = huge ? 0 : v.get<int64_t>();
+    if (huge || x < min || x > max) fail(name, "is " + v.dump(), expected);
+    return static_cast<int>(x);
+  }
+
+  int required_int(const std::string& name, int min = 1) const {
+    const json* v = find(name);
+    if (!v) fail(name, "is missing", "an integer >= " + std::to_string(min));
+    return integer(name, *v, min);
+  }
+
+  int optional_int(const std::string& name, int fallback, int min = 1) const {
+    const json* v = find(name);
+    return v ? integer(name, *v, min) : fallback;
+  }
+
+  float optional_positive(const std::string& name, float fallback) const {
+    const json* v = find(name);
+    if (!v) return fallback;
+    if (!v->is_number()) fail(name, "is " + describe(*v), "a positive number");
+    if (!(v->get<double>() > 0)) fail(name, "is " + v->dump(), "a positive number");
+    return v->get<float>();
+  }
+
+  bool optional_bool(const std::string& name, bool fallback) const {
+    const json* v = find(name);
+    if (!v) return fallback;
+    if (!v->is_boolean()) fail(name, "is " + describe(*v), "true or false");
+    return v->get<bool>();
+  }
+
+  std::string optional_string(const std::string& name) const {
+    const json* v = find(name);
+    if (!v) return {};
+    if (!v->is_string()) fail(name, "is " + describe(*v), "a string");
+    return v->get<std::string>();
+  }
+
+  static std::string describe(const json& v) {
+    return std::string("a ") + v.type_name() + " (" + v.dump().substr(0, 40) + ")";
+  }
+
+ private:
+  const json& j_;
+  const std::string& file_;
+};
+
+std::string architecture_of(const Fields& f) {
+  const json* v = f.find("architectures");
+  const std::string expected = "a list naming one of " + joined(supported_architectures());
+  if (!v) f.fail("architectures", "is missing", expected);
+  if (!v->is_array() || v->empty() || !(*v)[0].is_string())
+    f.fail("architectures", "is " + Fields::describe(*v), expected);
+  const std::string arch = (*v)[0].get<std::string>();
+  for (const auto& name : supported_architectures())
+    if (name == arch) return arch;
+  f.fail("architectures", "names '" + arch + "', which is not supported; supported: " +
+                              joined(supported_architectures()),
+         "one of " + joined(supported_architectures()));
+}
+
+// Only unscaled RoPE is implemented; a scaled model would silently compute wrong logits.
+void check_rope_scaling(const Fields& f) {
+  const json* v = f.find("rope_scaling");
+  if (!v) return;
+  const std::string expected = "null or {\"rope_type\": \"default\"}";
+  if (!v->is_object()) f.fail("rope_scaling", "is " + Fields::describe(*v), expected);
+  const json type = v->value("rope_type", v->value("type", json()));
+  if (type != "default")
+    f.fail("rope_scaling", "has type " + type.dump() + ", which is not supported", expected);
+}
+
+// Options that change the computation and that the engine does not implement.
+void check_unsupported_options(const Fields& f) {
+  const std::string act = f.optional_string("hidden_act");
+  if (!act.empty() && act != "silu") f.fail("hidden_act", "is '" + act + "'", "\"silu\"");
+  if (f.optional_bool("use_sliding_window", false))
+    f.fail("use_sliding_window", "is true: sliding-window attention is not supported", "false");
+  if (f.optional_bool("mlp_bias", false))
+    f.fail("mlp_bias", "is true: MLP biases are not supported", "false");
+}
+
+std::vector<int> eos_ids(const Fields& f) {
+  const json* v = f.find("eos_token_id");
+  if (!v) return {};
+  if (!v->is_array()) return {f.integer("eos_token_id", *v, 0)};
+  std::vector<int> ids;
+  for (const json& id : *v) ids.push_back(f.integer("eos_token_id", id, 0));
+  return ids;
+}
+
+}  // namespace
+
+ModelConfig parse_config(const json& j, const std::string& file) {
+  if (!j.is_object()) model_error(file, "", "is a JSON " + std::string(j.type_name()), "a JSON object");
+  const Fields f(j, file);
+  ModelConfig c;
+  c.architecture = architecture_of(f);
+  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+  c.vocab_size = f.required_int("vocab_size");
+  c.hidden_size = f.required_int("hidden_size");
+  c.intermediate_size = f.required_int("intermediate_size");
+  c.num_layers = f.required_int("num_hidden_layers");
+  c.num_heads = f.required_int("num_attention_heads");
+  c.num_kv_heads = f.optional_int("num_key_value_heads", c.num_heads);
+  if (c.num_heads % c.num_kv_heads != 0)
+    f.fail("num_key_value_heads", "is " + std::to_string(c.num_kv_heads) + ", which does not divide " +
+                                      "num_attention_heads " + std::to_string(c.num_heads),
+           "a divisor of num_attention_heads");
+  if (!f.find("head_dim") && c.hidden_size % c.num_heads != 0)
+    f.fail("head_dim", "is missing and hidden_size " + std::to_string(c.hidden_size) +
+                           " is not a multiple of num_attention_heads " + std::to_string(c.num_heads),
+           "head_dim, or hidden_size divisible by num_attention_heads");
+  c.head_dim = f.optional_int("head_dim", c.hidden_size / c.num_heads);
+  // transformers' defaults for configs that omit these.
+  c.max_position_embeddings = f.optional_int("max_position_embeddings", qwen2 ? 32768 : 2048);
+  c.rms_norm_eps = f.optional_positive("rms_norm_eps", 1e-6f);
+  c.rope_theta = f.optional_positive("rope_theta", 10000.0f);
+  c.tie_word_embeddings = f.optional_bool("tie_word_embeddings", false);
+  c.qkv_bias = qwen2 || f.optional_bool("attention_bias", false);
+  c.torch_dtype = f.optional_string("torch_dtype");
+  c.bos_token_id = f.optional_int("bos_token_id", -1, 0);
+  c.eos_token_ids = eos_ids(f);
+  check_rope_scaling(f);
+  check_unsupported_options(f);
+  return c;
+}
+
+ModelConfig load_config(const std::filesystem::path& model_dir) {
+  const std::filesystem::path path = model_dir / "config.json";
+  const std::string file = path.string();
+  if (!std::filesystem::is_directory(model_dir))
+    model_error(model_dir.string(), "model", "model folder does not exist",
+                "a Hugging Face model folder");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) model_error(file, "", "missing config.json", "a Hugging Face config.json in the model folder");
+  std::stringstream text;
+  text << in.rdbuf();
+  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) model_error(file, "", "is not valid JSON", "a JSON object");
+  return parse_config(j, file);
+}
+
+}  // namespace runahead

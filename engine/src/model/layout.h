@@ -1,0 +1,26 @@
+#pragma once
+// The tensors a Qwen2 / Llama decoder has: Hugging Face name, shape from the config,
+// and where each one goes in ModelWeights. Loading and random weights share this list.
+#include <string>
+#include <vector>
+
+#include "model/weights.h"
+
+namespace runahead {
+
+struct TensorSlot {
+  enum Kind { Matrix, Norm, Bias };
+  std::string name;             // e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;   // what config.json implies
+  Kind kind;
+  Tensor* dst;                  // member of the ModelWeights the slots were made for
+  int group;                    // 0: embedding, 1..L: layer, L+1: final norm and head
+};
+
+// The slots of w.config's architecture; resizes w.layers. lm_head is a slot only when untied.
+std::vector<TensorSlot> tensor_slots(ModelWeights& w);
+
+// After every slot is filled: ties lm_head to embed if asked, sets dtype, parameters, weight_bytes.
+void finish_weights(ModelWeights& w, const std::vector<TensorSlot>& slots);
+
+}  // namespace runahead

@@ -1,0 +1,68 @@
+#include "model/weights.h"
+
+#include "model/layout.h"
+#include "model/model_error.h"
+#include "model/safetensors.h"
+
+namespace runahead {
+
+// Takes each tensor the architecture needs out of the store, checking it against the config.
+class WeightBinder {
+ public:
+  WeightBinder(const WeightStore& store, std::string where) : store_(store), where_(std::move(where)) {}
+
+  Tensor bind(const TensorSlot& slot, const ModelConfig& config) const {
+    const Tensor* t = store_.find(slot.name);
+    if (!t)
+      model_error(where_, slot.name, "tensor '" + slot.name + "' is missing",
+                  "a tensor of shape " + shape_string(slot.shape) + " for " + config.architecture);
+    if (t->shape != slot.shape)
+      model_error(file_of(slot.name), slot.name,
+                  "tensor '" + slot.name + "' has shape " + shape_string(t->shape),
+                  "shape " + shape_string(slot.shape) + " from config.json");
+    return *t;
+  }
+
+  const std::string& file_of(const std::string& name) const { return store_.file_of_.at(name); }
+
+ private:
+  const WeightStore& store_;
+  std::string where_;  // the file that should have held a missing tensor
+};
+
+ModelWeights load_model(const std::filesystem::path& dir, const ProgressFn& progress) {
+  auto report = [&](const char* stage, int64_t done, int64_t total) {
+    if (progress) progress(stage, done, total);
+  };
+  ModelWeights w;
+  w.config = load_config(dir);
+  w.source = dir.string();
+
+  report("mapping", 0, 1);
+  std::shared_ptr<WeightStore> store = WeightStore::open(dir);
+  report("mapping", 1, 1);
+
+  const auto index = dir / "model.safetensors.index.json";
+  const WeightBinder binder(*store, store->files().size() == 1 && !std::filesystem::exists(index)
+                                        ? store->files()[0]
+                                        : index.string());
+  const std::vector<TensorSlot> slots = tensor_slots(w);
+  const int groups = w.config.num_layers + 2;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    *slots[i].dst = binder.bind(slots[i], w.config);
+    if (i + 1 == slots.size() || slots[i + 1].group != slots[i].group)
+      report("binding", slots[i].group + 1, groups);
+  }
+  // Backends run every matrix in one dtype; norms and biases may differ.
+  for (const TensorSlot& s : slots)
+    if (s.kind == TensorSlot::Matrix && s.dst->dtype != w.embed.dtype)
+      model_error(binder.file_of(s.name), s.name,
+                  "tensor '" + s.name + "' is " + dtype_name(s.dst->dtype) + " but the embedding is " +
+                      dtype_name(w.embed.dtype),
+                  "all weight matrices in one dtype");
+  finish_weights(w, slots);
+  w.storage = store;
+  return w;
+}
+
+}  // namespace runahead
