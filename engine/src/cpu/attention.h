@@ -1,0 +1,31 @@
+#pragma once
+// Causal grouped-query attention over the KV cache.
+#include <vector>
+
+#include "cpu/kv_cache.h"
+#include "cpu/simd/kernels.h"
+#include "cpu/thread_pool.h"
+
+namespace runahead {
+
+struct AttentionShape {
+  int heads, kv_heads, head_dim;
+};
+
+class Attention {
+ public:
+  Attention(AttentionShape shape, int threads, int capacity);
+
+  // out[t, h] = sum_{s <= pos0+t} softmax_s(q[t, h] . k[s, h/g] / sqrt(d)) v[s, h/g]
+  // for q, out: [n, heads * head_dim] and k, v the cache of `layer` (g = heads / kv_heads).
+  // The heads of one group share each K/V row they read.
+  void run(ThreadPool& pool, const Kernels& kernels, KVCache& cache, int layer, const float* q,
+           int n, int pos0, float* out);
+
+ private:
+  AttentionShape shape_;
+  int capacity_;
+  std::vector<float> scores_;  // per thread: [heads / kv_heads, capacity]
+};
+
+}  // namespace runahead

@@ -1,0 +1,50 @@
+#pragma once
+// The CPU kernels that differ per instruction set, as a table picked at run time.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/tensor.h"
+
+namespace runahead {
+
+// y[t, r] = sum_i w[r, i] * x[t, i]   for r in [row_begin, row_end), t in [0, n).
+// w: [rows, k] with row stride ldw (elements of its dtype), read in place and widened
+// to f32 in registers; x: [n, k] f32 with row stride ldx; y: [n, ldy] f32.
+using MatmulRowsFn = void (*)(const void* w, int64_t ldw, int64_t row_begin, int64_t row_end,
+                              int64_t k, const float* x, int64_t ldx, int n, float* y,
+                              int64_t ldy);
+// y[i] += a * x[i]   for i in [0, n).
+using AxpyFn = void (*)(float* y, float a, const float* x, int64_t n);
+
+struct Kernels {
+  const char* simd;  // "avx512", "avx2", "portable"
+  MatmulRowsFn matmul_f32;
+  MatmulRowsFn matmul_f16;
+  MatmulRowsFn matmul_bf16;
+  AxpyFn axpy;
+
+  MatmulRowsFn matmul(DType weights) const {
+    switch (weights) {
+      case DType::F32: return matmul_f32;
+      case DType::F16: return matmul_f16;
+      case DType::BF16: return matmul_bf16;
+    }
+    return matmul_f32;
+  }
+};
+
+const Kernels& portable_kernels();
+#ifdef RUNAHEAD_X86
+const Kernels& avx2_kernels();    // needs AVX2, FMA, F16C
+const Kernels& avx512_kernels();  // needs AVX-512 F/BW/VL/DQ, FMA, F16C
+#endif
+
+// Every table this CPU can run, best first; the portable one is always last.
+std::vector<const Kernels*> available_kernels();
+
+// The best table, or the one named by RUNAHEAD_SIMD ("avx512", "avx2", "portable") if
+// this CPU can run it. Throws EngineError{"bad_request"} for a name it cannot run.
+const Kernels& select_kernels();
+
+}  // namespace runahead

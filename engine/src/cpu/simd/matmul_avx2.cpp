@@ -1,0 +1,49 @@
+// AVX2 + FMA kernels: 8 floats per vector; bf16 widened by a 16-bit shift, f16 by F16C.
+#include <immintrin.h>
+
+#include "cpu/simd/matmul_tile.h"
+
+namespace runahead {
+namespace {
+
+struct Avx2 {
+  using V = __m256;
+  static constexpr int width = 8;
+  static constexpr int decode_rows = 4;
+  static constexpr int tile_rows = 4;
+  static constexpr int tile_tokens = 2;  // 8 accumulators + 4 weights + 1 token of 16 registers
+  static constexpr int prefetch_distance = 1024;
+
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float a) { return _mm256_set1_ps(a); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load(const simd::Bf16* p) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static V load(const simd::F16* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static float sum(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static float scalar(float w) { return w; }
+  static float scalar(simd::Bf16 w) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(w.bits << 16))); }
+  static float scalar(simd::F16 w) { return _cvtsh_ss(w.bits); }
+  template <class W>
+  static void prefetch(const W* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+};
+
+}  // namespace
+
+const Kernels& avx2_kernels() {
+  static const Kernels kernels = simd::make_kernels<Avx2>("avx2");
+  return kernels;
+}
+
+}  // namespace runahead

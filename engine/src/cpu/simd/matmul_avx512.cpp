@@ -1,0 +1,48 @@
+// AVX-512 kernels: 16 floats per vector; bf16 widened by a 16-bit shift, f16 by vcvtph2ps.
+// GCC 12's AVX-512 headers initialise _mm*_undefined_* from themselves, which
+// -Wuninitialized reports at every use (GCC bug 105593); the warning is the header's.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "cpu/simd/matmul_tile.h"
+
+namespace runahead {
+namespace {
+
+struct Avx512 {
+  using V = __m512;
+  static constexpr int width = 16;
+  static constexpr int decode_rows = 4;
+  static constexpr int tile_rows = 4;
+  static constexpr int tile_tokens = 4;
+  static constexpr int prefetch_distance = 1024;  // elements ahead in the same row
+
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float a) { return _mm512_set1_ps(a); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load(const simd::Bf16* p) {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static V load(const simd::F16* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static float sum(V v) { return _mm512_reduce_add_ps(v); }
+  static float scalar(float w) { return w; }
+  static float scalar(simd::Bf16 w) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(w.bits << 16))); }
+  static float scalar(simd::F16 w) { return _cvtsh_ss(w.bits); }
+  template <class W>
+  static void prefetch(const W* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+};
+
+}  // namespace
+
+const Kernels& avx512_kernels() {
+  static const Kernels kernels = simd::make_kernels<Avx512>("avx512");
+  return kernels;
+}
+
+}  // namespace runahead

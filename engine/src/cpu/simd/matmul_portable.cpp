@@ -1,0 +1,57 @@
+// Portable kernels (any CPU, e.g. ARM): an 8-float "vector" of plain C++ that the
+// compiler may map to whatever SIMD the target has by default.
+#include "cpu/half.h"
+#include "cpu/simd/matmul_tile.h"
+
+namespace runahead {
+namespace {
+
+struct Portable {
+  static constexpr int width = 8;
+  struct V {
+    float v[width];
+  };
+  static constexpr int decode_rows = 4;
+  static constexpr int tile_rows = 4;
+  static constexpr int tile_tokens = 2;
+  static constexpr int prefetch_distance = 0;
+
+  static V zero() { return V{}; }
+  static V set1(float a) {
+    V r;
+    for (float& f : r.v) f = a;
+    return r;
+  }
+  template <class W>
+  static V load(const W* p) {
+    V r;
+    for (int i = 0; i < width; ++i) r.v[i] = scalar(p[i]);
+    return r;
+  }
+  static void store(float* p, const V& a) {
+    for (int i = 0; i < width; ++i) p[i] = a.v[i];
+  }
+  static V fma(const V& a, const V& b, V c) {
+    for (int i = 0; i < width; ++i) c.v[i] += a.v[i] * b.v[i];
+    return c;
+  }
+  static float sum(const V& a) {
+    float s = 0.0f;
+    for (float f : a.v) s += f;
+    return s;
+  }
+  static float scalar(float w) { return w; }
+  static float scalar(simd::Bf16 w) { return bf16_to_f32(w.bits); }
+  static float scalar(simd::F16 w) { return f16_to_f32(w.bits); }
+  template <class W>
+  static void prefetch(const W*) {}
+};
+
+}  // namespace
+
+const Kernels& portable_kernels() {
+  static const Kernels kernels = simd::make_kernels<Portable>("portable");
+  return kernels;
+}
+
+}  // namespace runahead

@@ -1,0 +1,106 @@
+#pragma once
+// The register-tiled matmul and axpy shared by every instruction set. An Isa supplies
+// the vector type V (width floats), loads that widen f32/bf16/f16 to f32, fma, sum.
+// Include only from a simd/*.cpp whose Isa struct lives in an anonymous namespace, so
+// that every instantiation has internal linkage and code built with -mavx512f never
+// replaces code meant for a lesser CPU.
+#include <algorithm>
+#include <cstdint>
+
+#include "cpu/simd/kernels.h"
+
+namespace runahead::simd {
+
+struct Bf16 { uint16_t bits; };
+struct F16 { uint16_t bits; };
+
+// y[t, r] = sum_i w[r, i] x[t, i]   for R rows and T tokens: every weight vector loaded
+// is used by T tokens, every token vector by R rows.
+template <class Isa, class W, int R, int T>
+inline void tile(const W* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, float* y,
+                 int64_t ldy) {
+  using V = typename Isa::V;
+  V acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = Isa::zero();
+  const int64_t k_vec = k - k % Isa::width;
+  for (int64_t i = 0; i < k_vec; i += Isa::width) {
+    V wr[R];
+    for (int r = 0; r < R; ++r) {
+      Isa::prefetch(w + r * ldw + i + Isa::prefetch_distance);
+      wr[r] = Isa::load(w + r * ldw + i);
+    }
+    for (int t = 0; t < T; ++t) {
+      V xt = Isa::load(x + t * ldx + i);
+      for (int r = 0; r < R; ++r) acc[r][t] = Isa::fma(wr[r], xt, acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      float s = Isa::sum(acc[r][t]);
+      for (int64_t i = k_vec; i < k; ++i) s += Isa::scalar(w[r * ldw + i]) * x[t * ldx + i];
+      y[t * ldy + r] = s;
+    }
+  }
+}
+
+// tile<R, T> with the token count known only at run time (1 <= tokens <= T).
+template <class Isa, class W, int R, int T>
+inline void tile_tokens(int tokens, const W* w, int64_t ldw, int64_t k, const float* x,
+                        int64_t ldx, float* y, int64_t ldy) {
+  if constexpr (T > 1) {
+    if (tokens < T) return tile_tokens<Isa, W, R, T - 1>(tokens, w, ldw, k, x, ldx, y, ldy);
+  }
+  tile<Isa, W, R, T>(w, ldw, k, x, ldx, y, ldy);
+}
+
+// Rows [r0, r1) against `tokens` tokens: tiles of R rows, then single rows.
+template <class Isa, class W, int R, int T>
+inline void rows_tokens(const W* w, int64_t ldw, int64_t r0, int64_t r1, int64_t k,
+                        const float* x, int64_t ldx, int tokens, float* y, int64_t ldy) {
+  int64_t r = r0;
+  for (; r + R <= r1; r += R)
+    tile_tokens<Isa, W, R, T>(tokens, w + r * ldw, ldw, k, x, ldx, y + r, ldy);
+  for (; r < r1; ++r) tile_tokens<Isa, W, 1, T>(tokens, w + r * ldw, ldw, k, x, ldx, y + r, ldy);
+}
+
+// See MatmulRowsFn. Decode (n = 1) streams the rows once; for n > 1 a block of rows
+// small enough to stay in L2 is multiplied by every token before the next block, so
+// the weights come from memory once for all n tokens.
+template <class Isa, class W>
+void matmul_rows(const void* weights, int64_t ldw, int64_t row_begin, int64_t row_end, int64_t k,
+                 const float* x, int64_t ldx, int n, float* y, int64_t ldy) {
+  const W* w = static_cast<const W*>(weights);
+  if (n == 1) {
+    rows_tokens<Isa, W, Isa::decode_rows, 1>(w, ldw, row_begin, row_end, k, x, ldx, 1, y, ldy);
+    return;
+  }
+  constexpr int64_t kBlockBytes = 128 * 1024;
+  const int64_t block = std::max<int64_t>(
+      Isa::tile_rows, kBlockBytes / (k * int64_t(sizeof(W))) / Isa::tile_rows * Isa::tile_rows);
+  for (int64_t rb = row_begin; rb < row_end; rb += block) {
+    const int64_t re = std::min(rb + block, row_end);
+    for (int t = 0; t < n; t += Isa::tile_tokens) {
+      const int tokens = std::min(Isa::tile_tokens, n - t);
+      rows_tokens<Isa, W, Isa::tile_rows, Isa::tile_tokens>(w, ldw, rb, re, k, x + t * ldx, ldx,
+                                                            tokens, y + t * ldy, ldy);
+    }
+  }
+}
+
+template <class Isa>
+void axpy(float* y, float a, const float* x, int64_t n) {
+  const typename Isa::V av = Isa::set1(a);
+  int64_t i = 0;
+  for (; i + Isa::width <= n; i += Isa::width)
+    Isa::store(y + i, Isa::fma(av, Isa::load(x + i), Isa::load(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+template <class Isa>
+Kernels make_kernels(const char* name) {
+  return Kernels{name, &matmul_rows<Isa, float>, &matmul_rows<Isa, F16>,
+                 &matmul_rows<Isa, Bf16>, &axpy<Isa>};
+}
+
+}  // namespace runahead::simd

@@ -1,0 +1,109 @@
+#include "cpu/thread_pool.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define RUNAHEAD_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define RUNAHEAD_PAUSE() asm volatile("yield")
+#else
+#define RUNAHEAD_PAUSE() ((void)0)
+#endif
+
+namespace runahead {
+
+namespace {
+// About 50 µs of spinning: longer than the gap between two ops of a decode step,
+// far shorter than the gap between two requests.
+constexpr int kSpinIterations = 20000;
+
+template <class Ready>
+void spin_then_wait(const std::atomic<uint64_t>& value, uint64_t old, Ready ready) {
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (ready()) return;
+    RUNAHEAD_PAUSE();
+  }
+  while (!ready()) value.wait(old, std::memory_order_acquire);
+}
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
+  for (int t = 1; t < threads_; ++t) workers_.emplace_back([this, t] { worker(t); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+std::pair<int64_t, int64_t> ThreadPool::split(int64_t n, int64_t align, int thread) const {
+  int64_t blocks = (n + align - 1) / align;
+  int64_t begin = blocks * thread / threads_ * align;
+  int64_t end = blocks * (thread + 1) / threads_ * align;
+  return {std::min(begin, n), std::min(end, n)};
+}
+
+void ThreadPool::dispatch(Trampoline call, void* fn) {
+  if (threads_ == 1) {
+    call(fn, 0);
+    return;
+  }
+  call_ = call;
+  fn_ = fn;
+  pending_.store(threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  call(fn, 0);
+  // pending_ is an int; wait on it through its own atomic.
+  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
+    if (i < kSpinIterations) {
+      RUNAHEAD_PAUSE();
+    } else {
+      int p = pending_.load(std::memory_order_acquire);
+      if (p != 0) pending_.wait(p, std::memory_order_acquire);
+    }
+  }
+}
+
+void ThreadPool::worker(int thread) {
+  uint64_t seen = 0;
+  for (;;) {
+    spin_then_wait(generation_, seen,
+                   [&] { return generation_.load(std::memory_order_acquire) != seen; });
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_acquire)) return;
+    call_(fn_, thread);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+  }
+}
+
+int physical_cores() {
+  std::set<std::string> cores;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/sys/devices/system/cpu", ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind("cpu", 0) != 0 || name.size() < 4 ||
+        name.find_first_not_of("0123456789", 3) != std::string::npos) {
+      continue;
+    }
+    for (const char* file : {"topology/core_cpus_list", "topology/thread_siblings_list"}) {
+      std::ifstream in(entry.path() / file);
+      std::string siblings;
+      if (in && std::getline(in, siblings) && !siblings.empty()) {
+        cores.insert(siblings);
+        break;
+      }
+    }
+  }
+  if (!cores.empty()) return static_cast<int>(cores.size());
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace runahead

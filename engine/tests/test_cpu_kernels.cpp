@@ -1,0 +1,145 @@
+// Every SIMD kernel table this CPU can run, against the portable one and a double reference.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cpu/half.h"
+#include "cpu/simd/kernels.h"
+#include "cpu/thread_pool.h"
+
+using namespace runahead;
+
+namespace {
+
+// Weights of one dtype, with the f32 values they stand for.
+struct RandomWeights {
+  DType dtype;
+  std::vector<float> values;  // exactly representable in dtype
+  std::vector<uint16_t> half;
+  const void* data() const { return dtype == DType::F32 ? (const void*)values.data() : half.data(); }
+};
+
+RandomWeights random_weights(DType dtype, size_t count, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  RandomWeights w{dtype, std::vector<float>(count), {}};
+  for (float& v : w.values) v = u(rng);
+  if (dtype == DType::F32) return w;
+  w.half.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    w.half[i] = dtype == DType::BF16 ? f32_to_bf16(w.values[i]) : f32_to_f16(w.values[i]);
+    w.values[i] = dtype == DType::BF16 ? bf16_to_f32(w.half[i]) : f16_to_f32(w.half[i]);
+  }
+  return w;
+}
+
+std::vector<float> random_floats(size_t count, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(count);
+  for (float& f : v) f = u(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("f16 and bf16 conversions round-trip and hit known values") {
+  CHECK(f16_to_f32(0x3c00) == 1.0f);
+  CHECK(f16_to_f32(0xc000) == -2.0f);
+  CHECK(f16_to_f32(0x7bff) == 65504.0f);
+  CHECK(f16_to_f32(0x0001) == std::ldexp(1.0f, -24));
+  CHECK(std::isinf(f16_to_f32(0x7c00)));
+  CHECK(bf16_to_f32(0x3f80) == 1.0f);
+  CHECK(f32_to_bf16(1.0f + std::ldexp(1.0f, -9)) == 0x3f80);  // ties to even
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00) continue;  // inf / nan
+    if (h == 0x8000) continue;             // -0 compares equal to 0 but has other bits
+    INFO("f16 bits " << h);
+    REQUIRE(f32_to_f16(f16_to_f32(uint16_t(h))) == h);
+  }
+}
+
+TEST_CASE("matmul kernels match a double reference and the portable kernel") {
+  std::mt19937 rng(7);
+  const auto tables = available_kernels();
+  REQUIRE(tables.back() == &portable_kernels());
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (int64_t k : {1, 7, 16, 33, 100, 257}) {
+      for (int n : {1, 2, 3, 5, 9}) {
+        const int64_t rows = 37, ldw = k + 3, ldx = k + 1, ldy = rows + 2;
+        const int64_t r0 = 2, r1 = 35;  // a sub-range: rows outside it must stay untouched
+        RandomWeights w = random_weights(dtype, size_t(rows * ldw), rng);
+        std::vector<float> x = random_floats(size_t(n * ldx), rng);
+        std::vector<float> portable;
+        for (const Kernels* kernels : tables) {
+          INFO(std::string(kernels->simd) << " " << std::string(dtype_name(dtype)) << " k=" << k << " n=" << n);
+          std::vector<float> y(size_t(n * ldy), -7.0f);
+          kernels->matmul(dtype)(w.data(), ldw, r0, r1, k, x.data(), ldx, n, y.data(), ldy);
+          for (int t = 0; t < n; ++t) {
+            for (int64_t r = 0; r < ldy; ++r) {
+              const float got = y[t * ldy + r];
+              if (r < r0 || r >= r1) {
+                REQUIRE(got == -7.0f);
+                continue;
+              }
+              double ref = 0.0, magnitude = 0.0;
+              for (int64_t i = 0; i < k; ++i) {
+                ref += double(w.values[r * ldw + i]) * x[t * ldx + i];
+                magnitude += std::fabs(double(w.values[r * ldw + i]) * x[t * ldx + i]);
+              }
+              REQUIRE(std::fabs(got - ref) <= 1e-6 * magnitude + 1e-7);
+            }
+          }
+          if (kernels == &portable_kernels()) continue;
+          if (portable.empty()) {
+            portable.assign(y.size(), -7.0f);
+            portable_kernels().matmul(dtype)(w.data(), ldw, r0, r1, k, x.data(), ldx, n,
+                                             portable.data(), ldy);
+          }
+          for (size_t i = 0; i < y.size(); ++i) REQUIRE(y[i] == doctest::Approx(portable[i]).epsilon(1e-5));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("axpy kernels add a * x") {
+  std::mt19937 rng(3);
+  for (const Kernels* kernels : available_kernels()) {
+    for (int64_t n : {1, 15, 16, 17, 64, 131}) {
+      INFO(std::string(kernels->simd) << " n=" << n);
+      std::vector<float> x = random_floats(size_t(n), rng), y = random_floats(size_t(n), rng);
+      std::vector<float> y0 = y;
+      kernels->axpy(y.data(), 0.37f, x.data(), n);
+      for (int64_t i = 0; i < n; ++i) REQUIRE(y[i] == doctest::Approx(y0[i] + 0.37 * x[i]).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("RUNAHEAD_SIMD picks a table or names the ones available") {
+  const auto tables = available_kernels();
+  setenv("RUNAHEAD_SIMD", "portable", 1);
+  CHECK(&select_kernels() == &portable_kernels());
+  setenv("RUNAHEAD_SIMD", "no-such-isa", 1);
+  CHECK_THROWS(select_kernels());
+  unsetenv("RUNAHEAD_SIMD");
+  CHECK(&select_kernels() == tables.front());
+}
+
+TEST_CASE("thread pool ranges cover every index once, on aligned bounds") {
+  CHECK(physical_cores() >= 1);
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 15, 16, 100, 1001}) {
+      std::vector<int> hits(size_t(n), 0);
+      for (int rep = 0; rep < 3; ++rep) {
+        pool.for_range(n, 16, [&](int64_t begin, int64_t end) {
+          CHECK(begin % 16 == 0);
+          for (int64_t i = begin; i < end; ++i) ++hits[size_t(i)];
+        });
+      }
+      for (int h : hits) REQUIRE(h == 3);
+    }
+  }
+}
