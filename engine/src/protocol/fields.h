@@ -1,0 +1,25 @@
+#pragma once
+// Typed reads of request fields. Every failure is an EngineError{"bad_request"} whose
+// `field` is the dotted path ("params.max_tokens", "prompt[3]") and whose `expected`
+// says what would have been accepted.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace runahead {
+
+// The member `key` of `object`, or nullptr when it is absent or null.
+const nlohmann::json* optional_field(const nlohmann::json& object, const char* key);
+// The member `key` of `object`; throws naming `path` when it is absent or null.
+const nlohmann::json& required_field(const nlohmann::json& object, const char* key, const std::string& path);
+
+int64_t as_int(const nlohmann::json& value, const std::string& path, int64_t min, int64_t max);
+uint64_t as_uint64(const nlohmann::json& value, const std::string& path);
+double as_number(const nlohmann::json& value, const std::string& path, double min, double max);
+std::string as_string(const nlohmann::json& value, const std::string& path);
+const nlohmann::json& as_object(const nlohmann::json& value, const std::string& path);
+std::vector<int32_t> as_token_ids(const nlohmann::json& value, const std::string& path);
+
+}  // namespace runahead

@@ -1,0 +1,136 @@
+#include "protocol/requests.h"
+
+#include <limits>
+
+#include "protocol/fields.h"
+
+namespace runahead {
+
+namespace {
+
+using nlohmann::json;
+
+// Deeper JSON than any request needs is refused while parsing, before it costs memory.
+constexpr int kMaxDepth = 32;
+struct TooDeep {};
+
+constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
+
+struct TypeName {
+  const char* name;
+  RequestType type;
+  bool needs_id;
+};
+constexpr TypeName kTypes[] = {
+    {"hello", RequestType::Hello, false},    {"ping", RequestType::Ping, false},
+    {"load", RequestType::Load, true},       {"generate", RequestType::Generate, true},
+    {"cancel", RequestType::Cancel, true},   {"stats", RequestType::Stats, false},
+    {"unload", RequestType::Unload, true},   {"shutdown", RequestType::Shutdown, false},
+};
+
+json parse_json(std::string_view line) {
+  const json::parser_callback_t limit_depth = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxDepth) throw TooDeep{};
+    return true;
+  };
+  try {
+    return json::parse(line.begin(), line.end(), limit_depth);
+  } catch (const json::exception& e) {
+    throw EngineError("bad_json", std::string("not valid JSON: ") + e.what(), {}, {}, "one JSON object per line");
+  } catch (const TooDeep&) {
+    throw EngineError("bad_json", "JSON nested deeper than " + std::to_string(kMaxDepth) + " levels", {}, {},
+                      "at most " + std::to_string(kMaxDepth) + " levels of nesting");
+  }
+}
+
+json parse_id(const json& request) {
+  const json* id = optional_field(request, "id");
+  if (!id) return nullptr;
+  if (!id->is_string() && !id->is_number())
+    throw EngineError("bad_request", std::string("id: expected a string or a number, got ") + id->type_name(), {},
+                      "id", "a string or a number");
+  return *id;
+}
+
+const TypeName& parse_type(const json& request) {
+  const std::string type = as_string(required_field(request, "type", "type"), "type");
+  for (const TypeName& t : kTypes)
+    if (type == t.name) return t;
+  throw EngineError("bad_request", "type: unknown request type \"" + type + "\"", {}, "type",
+                    "hello, ping, load, generate, cancel, stats, unload or shutdown");
+}
+
+LoadRequest parse_load(const json& request) {
+  LoadRequest load;
+  load.model = as_string(required_field(request, "model", "model"), "model");
+  if (load.model.empty()) throw EngineError("bad_request", "model: empty", {}, "model", "a model folder or random:<shape>");
+  const json* options = optional_field(request, "options");
+  if (!options) return load;
+  as_object(*options, "options");
+  if (const json* v = optional_field(*options, "backend")) {
+    load.options.backend = as_string(*v, "options.backend");
+    if (load.options.backend != "auto" && load.options.backend != "cpu" && load.options.backend != "cuda")
+      throw EngineError("bad_request", "options.backend: unknown backend \"" + load.options.backend + "\"", {},
+                        "options.backend", "\"auto\", \"cpu\" or \"cuda\"");
+  }
+  if (const json* v = optional_field(*options, "threads"))
+    load.options.threads = static_cast<int>(as_int(*v, "options.threads", 0, 1024));
+  if (const json* v = optional_field(*options, "context_length"))
+    load.options.context_length = static_cast<int>(as_int(*v, "options.context_length", 0, kMaxInt32));
+  if (const json* v = optional_field(*options, "newline_tokens"))
+    load.options.newline_tokens = as_token_ids(*v, "options.newline_tokens");
+  return load;
+}
+
+GenerateRequest parse_generate(const json& request) {
+  GenerateRequest g;
+  g.prompt = as_token_ids(required_field(request, "prompt", "prompt"), "prompt");
+  if (g.prompt.empty())
+    throw EngineError("bad_request", "prompt: empty", {}, "prompt", "a non-empty array of token ids");
+  const json* params = optional_field(request, "params");
+  if (!params) return g;
+  as_object(*params, "params");
+  if (const json* v = optional_field(*params, "max_tokens"))
+    g.max_tokens = static_cast<int>(as_int(*v, "params.max_tokens", 0, kMaxInt32));
+  if (const json* v = optional_field(*params, "temperature"))
+    g.sampling.temperature = static_cast<float>(as_number(*v, "params.temperature", 0, 1000));
+  if (const json* v = optional_field(*params, "top_k"))
+    g.sampling.top_k = static_cast<int>(as_int(*v, "params.top_k", 0, kMaxInt32));
+  if (const json* v = optional_field(*params, "top_p")) {
+    g.sampling.top_p = static_cast<float>(as_number(*v, "params.top_p", 0, 1));
+    if (g.sampling.top_p <= 0)
+      throw EngineError("bad_request", "params.top_p: must be above 0", {}, "params.top_p", "a number in (0, 1]");
+  }
+  if (const json* v = optional_field(*params, "seed")) g.sampling.seed = as_uint64(*v, "params.seed");
+  if (const json* v = optional_field(*params, "stop")) g.stop = as_token_ids(*v, "params.stop");
+  if (const json* v = optional_field(*params, "deadline_ms"))
+    g.deadline_ms = as_number(*v, "params.deadline_ms", 0, 1e9);
+  if (const json* v = optional_field(*params, "hard_deadline_ms"))
+    g.hard_deadline_ms = as_number(*v, "params.hard_deadline_ms", 0, 1e9);
+  return g;
+}
+
+}  // namespace
+
+Request parse_request(std::string_view line) {
+  json id;
+  try {
+    const json j = parse_json(line);
+    if (!j.is_object())
+      throw EngineError("bad_request", std::string("expected a JSON object, got ") + j.type_name(), {}, {},
+                        "a JSON object with a string \"type\"");
+    id = parse_id(j);
+    const TypeName& type = parse_type(j);
+    if (type.needs_id && id.is_null())
+      throw EngineError("bad_request", std::string("id: missing; a ") + type.name + " request needs one", {}, "id",
+                        "a string or a number");
+    Request request{type.type, id, {}};
+    if (type.type == RequestType::Load) request.body = parse_load(j);
+    if (type.type == RequestType::Generate) request.body = parse_generate(j);
+    return request;
+  } catch (EngineError& e) {
+    throw RequestError(std::move(e), std::move(id));
+  }
+}
+
+}  // namespace runahead

@@ -1,0 +1,64 @@
+#pragma once
+// The stdio protocol server (PROTOCOL.md v1). The calling thread reads requests and
+// answers hello/ping/stats/cancel at once; one worker thread runs load, generate and
+// unload in arrival order.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "protocol/requests.h"
+#include "protocol/writer.h"
+#include "runtime/session.h"
+
+namespace runahead {
+
+class Server {
+ public:
+  Server(int in_fd, int out_fd);
+  // Serves until shutdown or end of input; returns the process exit status.
+  int run();
+
+ private:
+  struct Job {
+    Request request;
+    std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+  };
+
+  void handle_line(std::string_view line);
+  void dispatch(Request request);
+  void enqueue(Request request);
+  void cancel(const nlohmann::json& id);
+  // Shutdown: the running generation stops, queued work is dropped (generations end cancelled).
+  void cancel_all();
+  void send_cancelled(const Job& job);
+  nlohmann::json stats_message();
+
+  void work();
+  void run_load(const Job& job);
+  void run_generate(const Job& job);
+  void run_unload(const Job& job);
+  void forget_model();
+
+  MessageWriter out_;
+  int in_fd_;
+
+  std::mutex mutex_;  // guards everything below up to the worker's own state
+  std::condition_variable wake_;
+  std::deque<Job> queue_;
+  std::shared_ptr<const Job> running_;
+  bool closing_ = false;
+  int loads_pending_ = 0;  // queued or running
+  std::string model_, backend_;
+  int kv_tokens_ = 0, context_length_ = 0;
+  int64_t requests_ = 0, tokens_generated_ = 0;
+
+  std::unique_ptr<Session> session_;  // the worker's alone
+  std::thread worker_;
+};
+
+}  // namespace runahead

@@ -1,0 +1,84 @@
+#include "runtime/session.h"
+
+#include <cctype>
+#include <filesystem>
+#include <iostream>
+
+#include "model/error.h"
+#include "runtime/newline_tokens.h"
+
+namespace runahead {
+
+namespace {
+
+constexpr std::string_view kRandomPrefix = "random:";
+
+// Refuses a backend this build cannot run before any loading work starts.
+void require_backend(const std::string& backend) {
+  if (backend == "auto" || backend == "cpu") return;
+  if (backend == "cuda")
+    throw EngineError("bad_request", "options.backend: this build has no CUDA backend", {}, "options.backend",
+                      "\"auto\" or \"cpu\"");
+  throw EngineError("bad_request", "options.backend: unknown backend \"" + backend + "\"", {},
+                    "options.backend", "\"auto\", \"cpu\" or \"cuda\"");
+}
+
+std::string lowercase(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<int32_t> newline_tokens_for(const std::string& model, const LoadOptions& options) {
+  if (options.newline_tokens) return *options.newline_tokens;
+  if (model.starts_with(kRandomPrefix)) return {};
+  const auto tokenizer = std::filesystem::path(model) / "tokenizer.json";
+  if (!std::filesystem::exists(tokenizer)) {
+    std::cerr << "runahead-engine: " << tokenizer.string()
+              << " not found: the soft deadline cannot end at a newline, only the hard deadline applies\n";
+    return {};
+  }
+  return newline_tokens_from_tokenizer(tokenizer);
+}
+
+}  // namespace
+
+std::unique_ptr<Session> Session::open(const std::string& model, const LoadOptions& options,
+                                       const ProgressFn& progress) {
+  require_backend(options.backend);
+
+  auto session = std::unique_ptr<Session>(new Session());
+  session->model_ = model;
+  session->weights_ = std::make_shared<const ModelWeights>(
+      model.starts_with(kRandomPrefix) ? random_model(model.substr(kRandomPrefix.size()))
+                                       : load_model(model, progress));
+  const ModelConfig& config = session->weights_->config;
+  const std::vector<int32_t> newline_ids = newline_tokens_for(model, options);
+
+  session->backend_ =
+      make_cpu_backend(session->weights_, BackendOptions{options.threads, options.context_length});
+  session->generator_ = std::make_unique<Generator>(
+      *session->backend_, GeneratorOptions{.eos_ids = config.eos_token_ids, .newline_ids = newline_ids});
+
+  const nlohmann::json described = session->backend_->describe();
+  nlohmann::json optimizations = described.is_object() ? described.value("optimizations", nlohmann::json::object())
+                                                       : nlohmann::json::object();
+  optimizations["prefix_reuse"] = true;
+  const ModelWeights& w = *session->weights_;
+  session->report_ = {
+      {"architecture", config.architecture},
+      {"model", model},
+      {"parameters", w.parameters},
+      {"weight_bytes", w.weight_bytes},
+      {"dtype", lowercase(dtype_name(w.dtype))},
+      {"backend", session->backend_->name()},
+      {"threads", described.is_object() ? described.value("threads", options.threads) : options.threads},
+      {"context_length", session->backend_->context_length()},
+      {"vocab_size", config.vocab_size},
+      {"layers", config.num_layers},
+      {"newline_tokens", newline_ids.size()},
+      {"optimizations", optimizations},
+  };
+  return session;
+}
+
+}  // namespace runahead

@@ -1,0 +1,46 @@
+#pragma once
+// A loaded model ready to generate: weights, backend, generator, and the report the
+// protocol's `loaded` message and the demo print. Shared by `serve` and `demo`.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/weights.h"
+#include "runtime/backend.h"
+#include "runtime/generator.h"
+
+namespace runahead {
+
+struct LoadOptions {
+  std::string backend = "auto";  // "auto" | "cpu" | "cuda"
+  int threads = 0;
+  int context_length = 0;
+  std::optional<std::vector<int32_t>> newline_tokens;  // absent: from the folder's tokenizer.json
+};
+
+class Session {
+ public:
+  // `model` is a model folder or "random:<shape>". Throws EngineError: "model_error"
+  // from the loader, "bad_request" (field options.backend) for a backend this build lacks.
+  static std::unique_ptr<Session> open(const std::string& model, const LoadOptions& options,
+                                       const ProgressFn& progress = {});
+
+  Generator& generator() { return *generator_; }
+  const Backend& backend() const { return *backend_; }
+  const ModelWeights& weights() const { return *weights_; }
+  const std::string& model() const { return model_; }
+  const nlohmann::json& report() const { return report_; }
+
+ private:
+  std::string model_;
+  std::shared_ptr<const ModelWeights> weights_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Generator> generator_;
+  nlohmann::json report_;
+};
+
+}  // namespace runahead
