@@ -16,6 +16,8 @@ using MatmulRowsFn = void (*)(const void* w, int64_t ldw, int64_t row_begin, int
                               int64_t ldy);
 // y[i] += a * x[i]   for i in [0, n).
 using AxpyFn = void (*)(float* y, float a, const float* x, int64_t n);
+// sum_i x[i]   for i in [0, n): a read-only sweep as fast as loads go (bandwidth probe).
+using SumFn = float (*)(const float* x, int64_t n);
 
 struct Kernels {
   const char* simd;  // "avx512", "avx2", "portable"
@@ -23,6 +25,7 @@ struct Kernels {
   MatmulRowsFn matmul_f16;
   MatmulRowsFn matmul_bf16;
   AxpyFn axpy;
+  SumFn sum;
 
   MatmulRowsFn matmul(DType weights) const {
     switch (weights) {

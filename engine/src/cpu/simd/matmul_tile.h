@@ -1,5 +1,5 @@
 #pragma once
-// The register-tiled matmul and axpy shared by every instruction set. An Isa supplies
+// The register-tiled matmul, axpy and sum shared by every instruction set. An Isa supplies
 // the vector type V (width floats), loads that widen f32/bf16/f16 to f32, fma, sum.
 // Include only from a simd/*.cpp whose Isa struct lives in an anonymous namespace, so
 // that every instantiation has internal linkage and code built with -mavx512f never
@@ -98,9 +98,25 @@ void axpy(float* y, float a, const float* x, int64_t n) {
 }
 
 template <class Isa>
+float sum(const float* x, int64_t n) {
+  using V = typename Isa::V;
+  constexpr int kUnroll = 4;  // independent adds, so the sweep waits on loads only
+  const V one = Isa::set1(1.0f);
+  V acc[kUnroll];
+  for (V& a : acc) a = Isa::zero();
+  int64_t i = 0;
+  for (; i + kUnroll * Isa::width <= n; i += kUnroll * Isa::width)
+    for (int u = 0; u < kUnroll; ++u) acc[u] = Isa::fma(Isa::load(x + i + u * Isa::width), one, acc[u]);
+  float s = 0.0f;
+  for (const V& a : acc) s += Isa::sum(a);
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+template <class Isa>
 Kernels make_kernels(const char* name) {
   return Kernels{name, &matmul_rows<Isa, float>, &matmul_rows<Isa, F16>,
-                 &matmul_rows<Isa, Bf16>, &axpy<Isa>};
+                 &matmul_rows<Isa, Bf16>, &axpy<Isa>, &sum<Isa>};
 }
 
 }  // namespace runahead::simd

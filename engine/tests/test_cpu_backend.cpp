@@ -1,0 +1,315 @@
+// The CPU backend on a tiny random model built here: against a double-precision
+// reference forward, and consistent with itself across prefill, decode, verify,
+// truncate, thread counts and kernel tables.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "cpu/half.h"
+#include "cpu/simd/kernels.h"
+#include "model/error.h"
+#include "runtime/backend.h"
+
+using namespace runahead;
+
+namespace {
+
+constexpr int kVocab = 61, kHidden = 48, kInter = 80, kLayers = 2, kHeads = 4, kKvHeads = 2,
+              kHeadDim = 12;
+
+struct Owned {
+  std::vector<std::vector<uint16_t>> halves;
+  std::vector<std::vector<float>> floats;
+};
+
+// Random tensor of `dtype`, centred on `centre` with spread `scale`, owned by `owned`.
+Tensor random_tensor(Owned& owned, DType dtype, std::vector<int64_t> shape, float centre,
+                     float scale, std::mt19937& rng) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> values(size_t(t.numel()));
+  for (float& v : values) v = centre + u(rng);
+  if (dtype == DType::F32) {
+    t.data = owned.floats.emplace_back(std::move(values)).data();
+    return t;
+  }
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    bits[i] = dtype == DType::BF16 ? f32_to_bf16(values[i]) : f32_to_f16(values[i]);
+  t.data = owned.halves.emplace_back(std::move(bits)).data();
+  return t;
+}
+
+std::shared_ptr<const ModelWeights> tiny_model(DType dtype, bool bias) {
+  auto owned = std::make_shared<Owned>();
+  owned->halves.reserve(64);
+  owned->floats.reserve(64);
+  std::mt19937 rng(11);
+  auto w = std::make_shared<ModelWeights>();
+  ModelConfig& c = w->config;
+  c.architecture = bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  c.vocab_size = kVocab;
+  c.hidden_size = kHidden;
+  c.intermediate_size = kInter;
+  c.num_layers = kLayers;
+  c.num_heads = kHeads;
+  c.num_kv_heads = kKvHeads;
+  c.head_dim = kHeadDim;
+  c.max_position_embeddings = 64;
+  c.rope_theta = 10000.0f;
+  c.qkv_bias = bias;
+  const int64_t q_dim = kHeads * kHeadDim, kv_dim = kKvHeads * kHeadDim;
+  auto matrix = [&](int64_t out, int64_t in) {
+    return random_tensor(*owned, dtype, {out, in}, 0.0f, 1.0f / std::sqrt(float(in)), rng);
+  };
+  auto vec = [&](int64_t n, float centre, float scale) {
+    return random_tensor(*owned, dtype, {n}, centre, scale, rng);
+  };
+  w->embed = random_tensor(*owned, dtype, {kVocab, kHidden}, 0.0f, 1.0f, rng);
+  for (int l = 0; l < kLayers; ++l) {
+    LayerWeights lw;
+    lw.attn_norm = vec(kHidden, 1.0f, 0.2f);
+    lw.wq = matrix(q_dim, kHidden);
+    lw.wk = matrix(kv_dim, kHidden);
+    lw.wv = matrix(kv_dim, kHidden);
+    if (bias) {
+      lw.bq = vec(q_dim, 0.0f, 0.5f);
+      lw.bk = vec(kv_dim, 0.0f, 0.5f);
+      lw.bv = vec(kv_dim, 0.0f, 0.5f);
+    }
+    lw.wo = matrix(kHidden, q_dim);
+    lw.mlp_norm = vec(kHidden, 1.0f, 0.2f);
+    lw.w_gate = matrix(kInter, kHidden);
+    lw.w_up = matrix(kInter, kHidden);
+    lw.w_down = matrix(kHidden, kInter);
+    w->layers.push_back(lw);
+  }
+  w->final_norm = vec(kHidden, 1.0f, 0.2f);
+  w->lm_head = matrix(kVocab, kHidden);
+  w->dtype = dtype;
+  w->source = "test:tiny";
+  w->storage = owned;
+  return w;
+}
+
+double at(const Tensor& t, int64_t i) {
+  const uint16_t h = static_cast<const uint16_t*>(t.data)[i];
+  switch (t.dtype) {
+    case DType::F32: return static_cast<const float*>(t.data)[i];
+    case DType::F16: return f16_to_f32(h);
+    case DType::BF16: return bf16_to_f32(h);
+  }
+  return 0.0;
+}
+
+using Vec = std::vector<double>;
+
+// W v (+ b) for W: [out, in].
+Vec linear(const Tensor& w, const Vec& v, const Tensor& b = {}) {
+  Vec y(size_t(w.rows()), 0.0);
+  for (int64_t r = 0; r < w.rows(); ++r) {
+    for (int64_t i = 0; i < w.cols(); ++i) y[r] += at(w, r * w.cols() + i) * v[i];
+    if (!b.empty()) y[r] += at(b, r);
+  }
+  return y;
+}
+
+Vec rmsnorm(const Vec& x, const Tensor& w, double eps) {
+  double ss = 0.0;
+  for (double v : x) ss += v * v;
+  const double scale = 1.0 / std::sqrt(ss / x.size() + eps);
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * scale * at(w, int64_t(i));
+  return y;
+}
+
+// rotate_half RoPE of every head of v at position pos.
+void rope(Vec& v, int pos, double theta) {
+  const int half = kHeadDim / 2;
+  for (size_t h = 0; h < v.size() / kHeadDim; ++h) {
+    for (int i = 0; i < half; ++i) {
+      const double angle = pos * std::pow(theta, -2.0 * i / kHeadDim);
+      double& a = v[h * kHeadDim + i];
+      double& b = v[h * kHeadDim + i + half];
+      const double a0 = a, b0 = b;
+      a = a0 * std::cos(angle) - b0 * std::sin(angle);
+      b = b0 * std::cos(angle) + a0 * std::sin(angle);
+    }
+  }
+}
+
+struct Reference {
+  std::vector<Vec> hidden;  // per position, before the final norm
+  std::vector<Vec> logits;  // per position
+};
+
+// The textbook decoder, one token at a time, in double.
+Reference reference_forward(const ModelWeights& w, const std::vector<int32_t>& tokens) {
+  const ModelConfig& c = w.config;
+  const int group = kHeads / kKvHeads;
+  std::vector<std::vector<Vec>> keys(kLayers), values(kLayers);
+  Reference out;
+  for (size_t pos = 0; pos < tokens.size(); ++pos) {
+    Vec x(kHidden);
+    for (int i = 0; i < kHidden; ++i) x[i] = at(w.embed, int64_t(tokens[pos]) * kHidden + i);
+    for (int l = 0; l < kLayers; ++l) {
+      const LayerWeights& lw = w.layers[l];
+      Vec h = rmsnorm(x, lw.attn_norm, c.rms_norm_eps);
+      Vec q = linear(lw.wq, h, lw.bq), k = linear(lw.wk, h, lw.bk), v = linear(lw.wv, h, lw.bv);
+      rope(q, int(pos), c.rope_theta);
+      rope(k, int(pos), c.rope_theta);
+      keys[l].push_back(k);
+      values[l].push_back(v);
+      Vec att(size_t(kHeads) * kHeadDim, 0.0);
+      for (int head = 0; head < kHeads; ++head) {
+        const int g = head / group;
+        Vec scores(pos + 1);
+        double max = -1e300, sum = 0.0;
+        for (size_t s = 0; s <= pos; ++s) {
+          double dot = 0.0;
+          for (int d = 0; d < kHeadDim; ++d) dot += q[head * kHeadDim + d] * keys[l][s][g * kHeadDim + d];
+          scores[s] = dot / std::sqrt(double(kHeadDim));
+          max = std::max(max, scores[s]);
+        }
+        for (double& s : scores) sum += s = std::exp(s - max);
+        for (size_t s = 0; s <= pos; ++s)
+          for (int d = 0; d < kHeadDim; ++d)
+            att[head * kHeadDim + d] += scores[s] / sum * values[l][s][g * kHeadDim + d];
+      }
+      Vec o = linear(lw.wo, att);
+      for (int i = 0; i < kHidden; ++i) x[i] += o[i];
+      h = rmsnorm(x, lw.mlp_norm, c.rms_norm_eps);
+      Vec gate = linear(lw.w_gate, h), up = linear(lw.w_up, h);
+      for (int i = 0; i < kInter; ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+      Vec down = linear(lw.w_down, gate);
+      for (int i = 0; i < kHidden; ++i) x[i] += down[i];
+    }
+    out.hidden.push_back(x);
+    out.logits.push_back(linear(w.lm_head, rmsnorm(x, w.final_norm, c.rms_norm_eps)));
+  }
+  return out;
+}
+
+std::vector<int32_t> random_tokens(int n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(0, kVocab - 1);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& v : t) v = id(rng);
+  return t;
+}
+
+// Rows [first, first + rows) of `expected` (one vector per position) against the flat
+// [rows, width] `got`, to 1e-4 of the largest magnitude.
+void check_rows(const std::vector<float>& got, const std::vector<Vec>& expected, size_t first,
+                size_t rows) {
+  const size_t width = expected[0].size();
+  REQUIRE(got.size() == rows * width);
+  double scale = 0.0;
+  for (size_t r = 0; r < rows; ++r)
+    for (double v : expected[first + r]) scale = std::max(scale, std::fabs(v));
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t i = 0; i < width; ++i) {
+      INFO("row " << first + r << " column " << i);
+      REQUIRE(std::fabs(got[r * width + i] - expected[first + r][i]) <= 1e-4 * scale);
+    }
+  }
+}
+
+std::unique_ptr<Backend> backend_for(std::shared_ptr<const ModelWeights> w, int threads = 2,
+                                     int context = 0) {
+  BackendOptions options;
+  options.threads = threads;
+  options.context_length = context;
+  return make_cpu_backend(std::move(w), options);
+}
+
+}  // namespace
+
+TEST_CASE("cpu backend matches a double reference for every dtype and kernel table") {
+  const std::vector<int32_t> tokens = random_tokens(23, 1);
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (bool bias : {true, false}) {
+      auto w = tiny_model(dtype, bias);
+      const Reference ref = reference_forward(*w, tokens);
+      for (const Kernels* kernels : available_kernels()) {
+        INFO(std::string(dtype_name(dtype)) << " bias=" << bias << " " << std::string(kernels->simd));
+        setenv("RUNAHEAD_SIMD", kernels->simd, 1);
+        auto backend = backend_for(w);
+        unsetenv("RUNAHEAD_SIMD");
+        CHECK(backend->describe()["simd"] == kernels->simd);
+        std::vector<float> logits;
+        backend->forward(tokens, int(tokens.size()), logits);
+        CHECK(backend->kv_len() == int(tokens.size()));
+        check_rows(logits, ref.logits, 0, tokens.size());
+        const auto hidden = backend->hidden();
+        check_rows(std::vector<float>(hidden.begin(), hidden.end()), ref.hidden, 0, tokens.size());
+      }
+    }
+  }
+}
+
+TEST_CASE("prefill then decode, verify and truncate reproduce one long forward") {
+  const std::vector<int32_t> tokens = random_tokens(19, 2);
+  const auto w = tiny_model(DType::BF16, true);
+  const size_t n = tokens.size(), prefill = 11, width = kVocab;
+  const std::span<const int32_t> all(tokens);
+
+  auto whole = backend_for(w, 2);
+  std::vector<float> expected;
+  whole->forward(all, int(n), expected);
+  auto rows = [&](size_t first, size_t count) {
+    return std::vector<float>(expected.begin() + first * width, expected.begin() + (first + count) * width);
+  };
+  auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == doctest::Approx(b[i]).epsilon(1e-4).scale(1.0));
+  };
+
+  for (int threads : {1, 3}) {
+    INFO("threads " << threads);
+    auto backend = backend_for(w, threads);
+    std::vector<float> logits;
+    backend->forward(all.first(prefill), 2, logits);  // prefill keeps the last 2 rows
+    close(logits, rows(prefill - 2, 2));
+    for (size_t i = prefill; i < n; ++i) {  // decode
+      backend->forward(all.subspan(i, 1), 1, logits);
+      close(logits, rows(i, 1));
+    }
+    backend->truncate(int(prefill));  // roll back and verify the same tokens at once
+    CHECK(backend->kv_len() == int(prefill));
+    backend->forward(all.subspan(prefill), int(n - prefill), logits);
+    close(logits, rows(prefill, n - prefill));
+    backend->truncate(3);  // roll back further, then write different tokens over the old ones
+    const std::vector<int32_t> other = random_tokens(4, 9);
+    backend->forward(other, 1, logits);
+    backend->truncate(3);
+    backend->forward(all.subspan(3), int(n - 3), logits);
+    close(logits, rows(3, n - 3));
+  }
+}
+
+TEST_CASE("cpu backend refuses what does not fit the context, and bad arguments") {
+  auto backend = backend_for(tiny_model(DType::F32, false), 2, 12);
+  CHECK(backend->context_length() == 12);
+  std::vector<float> logits;
+  backend->forward(random_tokens(9, 3), 1, logits);
+  try {
+    backend->forward(random_tokens(4, 4), 1, logits);
+    FAIL("expected context_overflow");
+  } catch (const EngineError& e) {
+    CHECK(e.code == "context_overflow");
+  }
+  CHECK(backend->kv_len() == 9);  // the refused tokens left nothing behind
+  backend->forward(random_tokens(3, 5), 1, logits);
+  CHECK(backend->kv_len() == 12);
+  CHECK_THROWS_AS(backend->truncate(13), EngineError);
+  backend->truncate(0);
+  const std::vector<int32_t> out_of_vocab = {kVocab};
+  CHECK_THROWS_AS(backend->forward(out_of_vocab, 1, logits), EngineError);
+  CHECK_THROWS_AS(backend->forward(random_tokens(2, 6), 3, logits), EngineError);
+}
