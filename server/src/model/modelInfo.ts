@@ -1,0 +1,77 @@
+// What the server needs to know about a model folder beyond its weights: its
+// FIM special tokens, the tokens that end a completion and the FIM order it
+// was trained for.
+//
+// FIM order: SPM (suffix, then prefix) lets a keystroke only append to the
+// prompt, so the engine reuses its whole KV cache; only models trained on it
+// may use it. The server reads, first found wins:
+//   config.json            "runahead": { "fim_order": "spm" | "psm" }
+//   tokenizer_config.json  "runahead_fim_order": "spm" | "psm"
+// and uses PSM (the Qwen2.5-Coder default) when neither is present.
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { TextTokenizer } from './tokenizer';
+
+export type FimOrder = 'psm' | 'spm';
+
+export interface SpecialTokens {
+  fimPrefix: number;
+  fimSuffix: number;
+  fimMiddle: number;
+  fimPad?: number;
+  repoName?: number;
+  fileSep?: number;
+  endOfText?: number;
+}
+
+export interface ModelInfo {
+  dir: string;
+  tokenizer: TextTokenizer;
+  special: SpecialTokens;
+  fimOrder: FimOrder;
+  /** Tokens that end a completion: EOS ids, and the FIM/file markers (a model that emits one has left the middle). */
+  stopTokens: number[];
+  contextLength: number;
+}
+
+function readJson(path: string): Record<string, any> {
+  return existsSync(path) ? JSON.parse(readFileSync(path, 'utf8')) : {};
+}
+
+export function readFimOrder(config: Record<string, any>, tokenizerConfig: Record<string, any>): FimOrder {
+  const value = config.runahead?.fim_order ?? tokenizerConfig.runahead_fim_order;
+  return value === 'spm' ? 'spm' : 'psm';
+}
+
+export function loadModelInfo(dir: string, tokenizer = TextTokenizer.fromFolder(dir)): ModelInfo {
+  const config = readJson(join(dir, 'config.json'));
+  const tokenizerConfig = readJson(join(dir, 'tokenizer_config.json'));
+  const generation = readJson(join(dir, 'generation_config.json'));
+  const id = (text: string) => tokenizer.tokenId(text);
+  const fimPrefix = id('<|fim_prefix|>');
+  const fimSuffix = id('<|fim_suffix|>');
+  const fimMiddle = id('<|fim_middle|>');
+  if (fimPrefix === undefined || fimSuffix === undefined || fimMiddle === undefined) {
+    throw new Error(`${join(dir, 'tokenizer.json')}: no <|fim_prefix|>/<|fim_suffix|>/<|fim_middle|> tokens; Runahead needs a fill-in-the-middle model such as Qwen2.5-Coder`);
+  }
+  const special: SpecialTokens = {
+    fimPrefix,
+    fimSuffix,
+    fimMiddle,
+    fimPad: id('<|fim_pad|>'),
+    repoName: id('<|repo_name|>'),
+    fileSep: id('<|file_sep|>'),
+    endOfText: id('<|endoftext|>'),
+  };
+  const eos = [config.eos_token_id, generation.eos_token_id].flat().filter((x) => typeof x === 'number');
+  const markers = ['<|endoftext|>', '<|fim_pad|>', '<|file_sep|>', '<|repo_name|>', '<|fim_prefix|>', '<|fim_suffix|>', '<|fim_middle|>', '<|im_end|>'].map(id);
+  const stopTokens = [...new Set([...eos, ...markers].filter((x): x is number => x !== undefined))];
+  return {
+    dir,
+    tokenizer,
+    special,
+    fimOrder: readFimOrder(config, tokenizerConfig),
+    stopTokens,
+    contextLength: Number(config.max_position_embeddings) || 4096,
+  };
+}

@@ -1,0 +1,82 @@
+// Text ↔ token ids with @huggingface/tokenizers, from the model folder's
+// tokenizer.json and tokenizer_config.json, and a streaming decoder that
+// never emits half a UTF-8 character.
+import { readFileSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { Tokenizer } from '@huggingface/tokenizers';
+
+export class TextTokenizer {
+  private readonly tok: Tokenizer;
+  private readonly vocab: Map<string, number>;
+
+  constructor(tokenizerJson: object, tokenizerConfig: object) {
+    this.tok = new Tokenizer(tokenizerJson, tokenizerConfig);
+    this.vocab = this.tok.get_vocab(true);
+  }
+
+  static fromFolder(dir: string): TextTokenizer {
+    const json = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8'));
+    const configPath = join(dir, 'tokenizer_config.json');
+    const config = existsSync(configPath) ? JSON.parse(readFileSync(configPath, 'utf8')) : {};
+    return new TextTokenizer(json, config);
+  }
+
+  /** Plain text to ids; no BOS/EOS are added. */
+  encode(text: string): number[] {
+    if (text.length === 0) return [];
+    return this.tok.encode(text, { add_special_tokens: false }).ids;
+  }
+
+  decode(ids: number[]): string {
+    if (ids.length === 0) return '';
+    return this.tok.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+  }
+
+  /** The id of a special token such as `<|fim_prefix|>`, if the vocabulary has it. */
+  tokenId(text: string): number | undefined {
+    return this.vocab.get(text);
+  }
+
+  /** Ids of every token whose text contains a newline (byte-level `Ċ` or a real `\n`). */
+  newlineTokenIds(): number[] {
+    const out: number[] = [];
+    for (const [text, id] of this.vocab) if (text.includes('Ċ') || text.includes('\n')) out.push(id);
+    return out;
+  }
+}
+
+/**
+ * Incremental detokenization: decodes a window of recent tokens and emits only
+ * the new text, holding it back while it ends in U+FFFD (an incomplete UTF-8
+ * sequence split across tokens). The window restarts after each emitted chunk,
+ * so the cost per token stays constant.
+ */
+export class StreamDecoder {
+  private ids: number[] = [];
+  private prefixOffset = 0;
+  private readOffset = 0;
+
+  constructor(private readonly tokenizer: Pick<TextTokenizer, 'decode'>) {}
+
+  /** Adds tokens; returns the text that is now complete (maybe ''). */
+  push(tokens: number[]): string {
+    this.ids.push(...tokens);
+    const before = this.tokenizer.decode(this.ids.slice(this.prefixOffset, this.readOffset));
+    const after = this.tokenizer.decode(this.ids.slice(this.prefixOffset));
+    if (after.length > before.length && !after.endsWith('\uFFFD')) {
+      const text = after.slice(before.length);
+      this.prefixOffset = this.readOffset;
+      this.readOffset = this.ids.length;
+      return text;
+    }
+    return '';
+  }
+
+  /** What is left at the end of the stream (a dangling partial character becomes U+FFFD). */
+  flush(): string {
+    const before = this.tokenizer.decode(this.ids.slice(this.prefixOffset, this.readOffset));
+    const after = this.tokenizer.decode(this.ids.slice(this.prefixOffset));
+    this.prefixOffset = this.readOffset = this.ids.length;
+    return after.slice(before.length);
+  }
+}
