@@ -38,8 +38,15 @@ export interface FimPrompt {
   suffix: string;
 }
 
-/** Window starts and ends move in steps of this many lines. */
+/** Window starts and ends move in steps of up to this many lines (a quarter of the window at most). */
 export const LINE_ALIGN = 16;
+
+/** The step for a window of `lines` lines: a power of two, at most LINE_ALIGN and a quarter of the window. */
+export function alignFor(lines: number): number {
+  let a = 1;
+  while (a * 2 <= Math.min(LINE_ALIGN, lines / 4)) a *= 2;
+  return a;
+}
 const EXTRA_SHARE = 0.25;
 const SUFFIX_SHARE = 0.25;
 
@@ -100,7 +107,8 @@ export class FimBuilder {
     }
     if (start === 0) return prefix;
     if (start === lines.length) return this.tailOfLine(lines[lines.length - 1], budget);
-    const aligned = Math.min(Math.ceil(start / LINE_ALIGN) * LINE_ALIGN, lines.length - 1);
+    const step = alignFor(lines.length - start);
+    const aligned = Math.min(Math.ceil(start / step) * step, lines.length - 1);
     return lines.slice(aligned).join('\n');
   }
 
@@ -117,7 +125,8 @@ export class FimBuilder {
     }
     if (end === lines.length) return suffix;
     if (end === 0) return '';
-    const aligned = Math.max(1, Math.floor(end / LINE_ALIGN) * LINE_ALIGN);
+    const step = alignFor(end);
+    const aligned = Math.max(1, Math.floor(end / step) * step);
     return lines.slice(0, aligned).join('\n') + '\n';
   }
 
