@@ -117,6 +117,14 @@ connection.onRequest('runahead/restartEngine', async () => {
   return status();
 });
 connection.onRequest('runahead/status', () => status());
+// Memory of the server and the engine's own counters (memory, requests, busy),
+// for the reliability bench and diagnostics. Collects garbage first when node
+// runs with --expose-gc, so heap numbers compare.
+connection.onRequest('runahead/stats', async () => {
+  (globalThis as { gc?: () => void }).gc?.();
+  const conn = await supervisor.ready(0);
+  return { server: process.memoryUsage(), engine: conn ? await conn.stats().catch(() => null) : null };
+});
 connection.languages.inlineCompletion.on((params, token) => {
   cursorLine.set(params.textDocument.uri, params.position.line);
   return pipeline.complete(params, token);

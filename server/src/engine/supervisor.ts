@@ -21,6 +21,8 @@ export interface EngineStatus {
   optimizations?: Record<string, unknown>;
   warnings: string[];
   restarts: number;
+  /** The engine's process id while one runs. */
+  pid?: number;
 }
 
 export interface SupervisorTiming {
@@ -119,7 +121,7 @@ export class EngineSupervisor extends EventEmitter {
     this.clearTimers();
     const conn = this.conn;
     this.conn = undefined;
-    this.setStatus({ state: 'stopped', message: 'engine stopped', progress: undefined });
+    this.setStatus({ state: 'stopped', message: 'engine stopped', progress: undefined, pid: undefined });
     if (conn) await conn.shutdown();
   }
 
@@ -171,7 +173,7 @@ export class EngineSupervisor extends EventEmitter {
         throw new Error(`${engine.path} speaks protocol ${hello.protocol}; this server speaks ${PROTOCOL_VERSION}: rebuild the engine (npm run build:engine)`);
       }
       this.log('info', `engine ${hello.engine} (pid ${conn.pid}) at ${engine.path}`);
-      this.setStatus({ state: 'loading', message: `loading ${model.path}`, engine: hello.engine, enginePath: engine.path, model: model.path });
+      this.setStatus({ state: 'loading', message: `loading ${model.path}`, engine: hello.engine, enginePath: engine.path, model: model.path, pid: conn.pid });
 
       const warnings: string[] = [];
       const draft = draftModelFor(settings, model.path);
@@ -242,6 +244,7 @@ export class EngineSupervisor extends EventEmitter {
 
   private onCrash(epoch: number, how: string): void {
     this.conn = undefined;
+    this._status.pid = undefined;
     this.report = undefined;
     this.clearTimers();
     this.failures++;

@@ -1,0 +1,106 @@
+// The real server (dist/server.js --stdio) with the real engine and a fixture
+// model (random weights: the text is gibberish, the machinery is real).
+import { strict as assert } from 'node:assert';
+import { existsSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+import { join } from 'node:path';
+import { CancellationTokenSource, engineBinary, fixtureModel, isAlive, repoRoot, TestClient } from './lspClient';
+
+const uri = pathToFileURL(join(repoRoot, 'example', 'stats.py')).href;
+const text = ['import math', '', '', 'def mean(xs):', '    total = 0', '    for x in xs:', '        total += ', '', '', 'print(mean([1, 2, 3]))', ''].join('\n');
+const line = 6;
+const character = '        total += '.length;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('language server with the real engine', function () {
+  this.timeout(60000);
+  let client: TestClient;
+
+  before(function () {
+    if (!existsSync(engineBinary)) throw new Error(`no engine at ${engineBinary}: run node engine/setup.mjs`);
+  });
+
+  beforeEach(async () => {
+    client = new TestClient({ modelPath: fixtureModel, enginePath: engineBinary, maxTokens: 48, deadlineMs: 5000 });
+    await client.initialize();
+    await client.waitReady();
+    client.open(uri, text);
+  });
+
+  afterEach(async () => {
+    await client.close();
+  });
+
+  it('serves an inline completion and sends metrics with real numbers', async () => {
+    const result = await client.complete(uri, line, character);
+    assert.ok(result === null || Array.isArray(result.items));
+    await sleep(50);
+    const m = client.metrics.find((x) => x.source === 'engine');
+    assert.ok(m, `no engine metrics; got ${JSON.stringify(client.metrics)}`);
+    assert.ok(m.tokens! > 0, `tokens ${m.tokens}`);
+    assert.ok(m.ttftMs! > 0 && m.ttftMs! < 5000, `ttft ${m.ttftMs}`);
+    assert.ok(m.decodeMsPerToken! >= 0, `decode ${m.decodeMsPerToken}`);
+    assert.ok(m.promptTokens! > 20, `prompt tokens ${m.promptTokens}`);
+    assert.equal(m.backend, 'cpu');
+    assert.equal(m.model, fixtureModel);
+    assert.ok(m.servedMs > 0);
+    if (result?.items.length) assert.equal(typeof result.items[0].insertText, 'string');
+  });
+
+  it('reuses the prompt prefix of the previous request', async () => {
+    await client.complete(uri, line, character);
+    const typed = text.replace('        total += ', '        total += x');
+    client.replace(uri, typed);
+    await client.complete(uri, line, character + 1);
+    await sleep(50);
+    const engine = client.metrics.filter((x) => x.source === 'engine');
+    assert.equal(engine.length, 2, JSON.stringify(client.metrics));
+    assert.ok(engine[1].reusedTokens! > 0, `reused ${engine[1].reusedTokens} of ${engine[1].promptTokens}`);
+  });
+
+  it('cancels: the request ends at once and the engine is idle right after', async () => {
+    client.replace(uri, text);
+    const cts = new CancellationTokenSource();
+    const p = client.complete(uri, line, character, cts);
+    await sleep(5);
+    const t0 = performance.now();
+    cts.cancel();
+    await p.catch(() => null);
+    const ms = performance.now() - t0;
+    assert.ok(ms < 500, `cancelled request answered after ${ms} ms`);
+    await sleep(200);
+    const stats = await client.engineStats();
+    assert.equal(stats?.busy, false, JSON.stringify(stats));
+  });
+
+  it('engine killed with SIGKILL mid-request: that request ends, the next is served within 2 s', async () => {
+    const pid = client.status!.pid!;
+    assert.ok(pid && isAlive(pid));
+    const inflight = client.complete(uri, line, character);
+    await sleep(2);
+    const killedAt = performance.now();
+    process.kill(pid, 'SIGKILL');
+    const first = await inflight;
+    const endedMs = performance.now() - killedAt;
+    assert.ok(endedMs < 1000, `the in-flight request took ${endedMs} ms to end`);
+    assert.ok(first === null || Array.isArray(first.items));
+    const before = client.metrics.length;
+    await client.complete(uri, line, character);
+    const servedMs = performance.now() - killedAt;
+    await sleep(20);
+    assert.ok(client.metrics.slice(before).some((m) => m.source === 'engine' && m.tokens! > 0), `no engine completion after the kill: ${JSON.stringify(client.metrics.slice(before))}`);
+    assert.ok(servedMs < 2000, `next completion served ${servedMs} ms after the kill`);
+    assert.notEqual(client.status!.pid, pid);
+    assert.ok(client.status!.restarts >= 1);
+  });
+
+  it('the engine stops with the server, even when the server is killed', async () => {
+    const pid = client.status!.pid!;
+    assert.ok(isAlive(pid));
+    client.child.kill('SIGKILL');
+    const t0 = Date.now();
+    while (isAlive(pid) && Date.now() - t0 < 3000) await sleep(20);
+    assert.equal(isAlive(pid), false, 'the engine outlived its server by 3 s');
+  });
+});
