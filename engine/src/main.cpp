@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  if (command == "bench") return run_bench(argc - 1, argv + 1);
+  if (command == "bench") return run_bench(argc - 2, argv + 2);
   if (command == "demo") return run_demo(argc - 2, argv + 2);
   if (command == "serve") {
     // A client that goes away must not kill the engine mid-write; writes then fail and it exits.

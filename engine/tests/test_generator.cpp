@@ -1,0 +1,329 @@
+// The generator against a fake backend: prefix reuse, rollback, every stop rule,
+// deadlines, cancellation, chunked prefill, input checks.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <numeric>
+#include <thread>
+
+#include "fake_backend.h"
+#include "runtime/generator.h"
+
+using namespace runahead;
+using runahead::testing::counting_logits;
+using runahead::testing::FakeBackend;
+
+namespace {
+
+struct Run {
+  std::vector<int32_t> tokens;
+  std::vector<double> ms;
+  std::vector<size_t> batch_sizes;
+  GenerateResult result;
+};
+
+Run run(Generator& generator, const GenerateRequest& request, const std::atomic<bool>& cancel) {
+  Run r;
+  r.result = generator.generate(
+      request,
+      [&](std::span<const int32_t> tokens, std::span<const double> ms) {
+        CHECK(tokens.size() == ms.size());
+        r.tokens.insert(r.tokens.end(), tokens.begin(), tokens.end());
+        r.ms.insert(r.ms.end(), ms.begin(), ms.end());
+        r.batch_sizes.push_back(tokens.size());
+      },
+      cancel);
+  return r;
+}
+
+Run run(Generator& generator, const GenerateRequest& request) {
+  const std::atomic<bool> never{false};
+  return run(generator, request, never);
+}
+
+GenerateRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
+  GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+std::vector<int32_t> iota_prompt(int n, int32_t first = 3) {
+  std::vector<int32_t> p(n);
+  std::iota(p.begin(), p.end(), first);
+  return p;
+}
+
+// The tokens a generator that never saw any other request produces.
+std::vector<int32_t> cold(const GenerateRequest& request, int vocab = 97, int context = 256) {
+  FakeBackend backend(vocab, context);
+  Generator generator(backend, {});
+  return run(generator, request).tokens;
+}
+
+}  // namespace
+
+TEST_CASE("a cold generation runs the whole prompt in one forward and reports its stats") {
+  FakeBackend backend(97, 256);
+  Generator generator(backend, {});
+  const Run r = run(generator, greedy(iota_prompt(20), 10));
+  CHECK(r.tokens.size() == 10);
+  CHECK(r.result.finish == FinishReason::Length);
+  CHECK(r.result.stats.prompt_tokens == 20);
+  CHECK(r.result.stats.reused_tokens == 0);
+  CHECK(r.result.stats.tokens == 10);
+  CHECK(r.result.stats.steps == 9);  // the first token comes from the prefill
+  CHECK(r.result.stats.accepted_per_step == doctest::Approx(1.0));
+  CHECK(backend.forward_sizes.front() == 20);
+  // The cache holds the prompt and every output token but the last, which never ran.
+  CHECK(generator.cached_tokens().size() == 29);
+  CHECK(backend.kv_len() == 29);
+}
+
+TEST_CASE("prefix reuse keeps the common prefix, prefills only the rest, and changes nothing") {
+  FakeBackend backend(97, 256);
+  Generator generator(backend, {});
+  const std::vector<int32_t> first_prompt = iota_prompt(20);
+  const Run first = run(generator, greedy(first_prompt, 10));
+
+  // The next request continues the first one's output, then diverges.
+  std::vector<int32_t> prompt = first_prompt;
+  prompt.insert(prompt.end(), first.tokens.begin(), first.tokens.begin() + 5);
+  prompt.push_back((first.tokens[5] + 1) % 97);
+  prompt.push_back(11);
+  const int forwarded_before = backend.forwarded_tokens;
+  const Run second = run(generator, greedy(prompt, 12));
+
+  CHECK(second.result.stats.reused_tokens == 25);
+  CHECK(backend.forward_sizes[backend.forward_sizes.size() - second.result.stats.steps - 1] == 2);
+  CHECK(backend.forwarded_tokens - forwarded_before == 2 + second.result.stats.steps);
+  CHECK(second.tokens == cold(greedy(prompt, 12)));
+}
+
+TEST_CASE("a prompt that is wholly cached re-runs its last token") {
+  FakeBackend backend(97, 256);
+  Generator generator(backend, {});
+  const GenerateRequest request = greedy(iota_prompt(16), 8);
+  const Run first = run(generator, request);
+  const Run again = run(generator, request);
+  CHECK(again.result.stats.reused_tokens == 15);
+  CHECK(again.tokens == first.tokens);
+
+  // A shorter prompt that is a prefix of the cache.
+  const GenerateRequest shorter = greedy(iota_prompt(9), 8);
+  const Run short_run = run(generator, shorter);
+  CHECK(short_run.result.stats.reused_tokens == 8);
+  CHECK(short_run.tokens == cold(shorter));
+}
+
+TEST_CASE("rollback drops the cache's tail and a re-decode gives the same tokens") {
+  FakeBackend backend(97, 256);
+  Generator generator(backend, {});
+  const GenerateRequest request = greedy(iota_prompt(12), 10);
+  const Run first = run(generator, request);
+  generator.rollback(7);
+  CHECK(backend.kv_len() == 7);
+  CHECK(generator.cached_tokens().size() == 7);
+  const Run again = run(generator, request);
+  CHECK(again.result.stats.reused_tokens == 7);
+  CHECK(again.tokens == first.tokens);
+}
+
+TEST_CASE("chunked prefill gives the same tokens as one forward") {
+  FakeBackend backend(97, 256);
+  Generator generator(backend, GeneratorOptions{.prefill_chunk = 4});
+  const GenerateRequest request = greedy(iota_prompt(10), 6);
+  const Run r = run(generator, request);
+  CHECK(std::vector<int>(backend.forward_sizes.begin(), backend.forward_sizes.begin() + 3) ==
+        std::vector<int>{4, 4, 2});
+  CHECK(r.tokens == cold(request));
+}
+
+TEST_CASE("stop ids and eos ids end the generation and are not emitted") {
+  FakeBackend backend(50, 256, counting_logits);
+  Generator generator(backend, GeneratorOptions{.eos_ids = {40}});
+
+  GenerateRequest request = greedy({5}, 30);
+  request.stop = {9};
+  Run r = run(generator, request);
+  CHECK(r.tokens == std::vector<int32_t>{6, 7, 8});
+  CHECK(r.result.finish == FinishReason::Stop);
+  CHECK(r.result.stats.tokens == 3);
+
+  r = run(generator, greedy({35}, 30));
+  CHECK(r.tokens == std::vector<int32_t>{36, 37, 38, 39});
+  CHECK(r.result.finish == FinishReason::Stop);
+
+  // A stop token as the very first token: nothing is emitted.
+  r = run(generator, greedy({39}, 30));
+  CHECK(r.tokens.empty());
+  CHECK(r.result.finish == FinishReason::Stop);
+}
+
+TEST_CASE("max_tokens ends with finish length; zero only prefills") {
+  FakeBackend backend(50, 256, counting_logits);
+  Generator generator(backend, {});
+  Run r = run(generator, greedy({1}, 4));
+  CHECK(r.tokens == std::vector<int32_t>{2, 3, 4, 5});
+  CHECK(r.result.finish == FinishReason::Length);
+
+  r = run(generator, greedy({10, 11, 12}, 0));
+  CHECK(r.tokens.empty());
+  CHECK(r.result.finish == FinishReason::Length);
+  CHECK(backend.kv_len() == 3);
+}
+
+TEST_CASE("a full KV cache ends with finish context; a prompt over the context is refused before any work") {
+  FakeBackend backend(97, 16);
+  Generator generator(backend, {});
+  Run r = run(generator, greedy(iota_prompt(10), 100));
+  CHECK(r.result.finish == FinishReason::Context);
+  CHECK(r.tokens.size() == 7);  // 6 more positions, and the last token needs none
+  CHECK(backend.kv_len() == 16);
+
+  r = run(generator, greedy(iota_prompt(16), 100));
+  CHECK(r.tokens.size() == 1);
+  CHECK(r.result.finish == FinishReason::Context);
+
+  const int calls = static_cast<int>(backend.forward_sizes.size());
+  try {
+    run(generator, greedy(iota_prompt(17), 100));
+    FAIL("expected context_overflow");
+  } catch (const EngineError& e) {
+    CHECK(e.code == "context_overflow");
+    CHECK(e.field == "prompt");
+  }
+  CHECK(static_cast<int>(backend.forward_sizes.size()) == calls);
+}
+
+TEST_CASE("bad prompts are bad requests naming the field") {
+  FakeBackend backend(97, 64);
+  Generator generator(backend, {});
+  try {
+    run(generator, greedy({1, 2, 97}, 4));
+    FAIL("expected bad_request");
+  } catch (const EngineError& e) {
+    CHECK(e.code == "bad_request");
+    CHECK(e.field == "prompt[2]");
+  }
+  try {
+    run(generator, greedy({}, 4));
+    FAIL("expected bad_request");
+  } catch (const EngineError& e) {
+    CHECK(e.code == "bad_request");
+    CHECK(e.field == "prompt");
+  }
+  CHECK(backend.forward_sizes.empty());
+}
+
+TEST_CASE("after the soft deadline the generation ends right after the first newline token") {
+  FakeBackend backend(64, 256, counting_logits);
+  backend.step_delay = std::chrono::milliseconds(5);
+  // Every forward takes 5 ms, so by token 10 (50 ms) the 22 ms deadline has passed.
+  Generator generator(backend, GeneratorOptions{.newline_ids = {10, 20, 30}});
+  GenerateRequest request = greedy({0}, 1000);
+  request.deadline_ms = 22;
+  request.hard_deadline_ms = 10000;
+  const Run r = run(generator, request);
+  CHECK(r.result.finish == FinishReason::Deadline);
+  CHECK(r.tokens == iota_prompt(10, 1));
+}
+
+TEST_CASE("the hard deadline (default twice the soft one) stops without a newline") {
+  FakeBackend backend(64, 512, counting_logits);
+  backend.step_delay = std::chrono::milliseconds(5);
+  Generator generator(backend, {});
+  GenerateRequest request = greedy({0}, 1000);
+  request.deadline_ms = 22;
+  const Run r = run(generator, request);
+  CHECK(r.result.finish == FinishReason::Deadline);
+  CHECK(r.result.stats.total_ms >= 44);
+  CHECK(!r.tokens.empty());
+  // Each token cost at least one 5 ms forward, all of them before the stop.
+  CHECK(r.tokens.size() * 5.0 <= r.result.stats.total_ms);
+}
+
+TEST_CASE("cancellation is acknowledged within one step") {
+  FakeBackend backend(97, 256);
+  Generator generator(backend, {});
+  std::atomic<bool> cancel{false};
+  std::vector<int32_t> seen;
+  const GenerateResult result = generator.generate(
+      greedy(iota_prompt(8), 100),
+      [&](std::span<const int32_t> tokens, std::span<const double>) {
+        seen.insert(seen.end(), tokens.begin(), tokens.end());
+        if (seen.size() == 3) cancel = true;
+      },
+      cancel);
+  CHECK(result.finish == FinishReason::Cancelled);
+  CHECK(seen.size() == 3);
+  CHECK(result.stats.tokens == 3);
+}
+
+TEST_CASE("cancellation from another thread stops a running generation") {
+  FakeBackend backend(97, 4096);
+  backend.step_delay = std::chrono::milliseconds(2);
+  Generator generator(backend, {});
+  std::atomic<bool> cancel{false};
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    cancel = true;
+  });
+  const Run r = run(generator, greedy(iota_prompt(8), 3000), cancel);
+  canceller.join();
+  CHECK(r.result.finish == FinishReason::Cancelled);
+  CHECK(r.tokens.size() < 3000);
+  // The cache still mirrors the backend, so the next request can reuse it.
+  CHECK(generator.cached_tokens().size() == static_cast<size_t>(backend.kv_len()));
+}
+
+TEST_CASE("a generation cancelled before it starts does no work") {
+  FakeBackend backend(97, 256);
+  Generator generator(backend, {});
+  const std::atomic<bool> cancel{true};
+  const Run r = run(generator, greedy(iota_prompt(8), 10), cancel);
+  CHECK(r.result.finish == FinishReason::Cancelled);
+  CHECK(r.tokens.empty());
+  CHECK(backend.forward_sizes.empty());
+}
+
+TEST_CASE("the first token's time is the time to first token; ms are positive") {
+  FakeBackend backend(97, 256);
+  backend.step_delay = std::chrono::milliseconds(3);
+  Generator generator(backend, {});
+  const Run r = run(generator, greedy(iota_prompt(8), 5));
+  REQUIRE(r.ms.size() == 5);
+  CHECK(r.ms[0] == doctest::Approx(r.result.stats.ttft_ms).epsilon(0.01));
+  for (double ms : r.ms) CHECK(ms >= 3.0);
+  CHECK(r.result.stats.decode_ms_per_token >= 3.0);
+  CHECK(r.result.stats.prefill_ms >= 3.0);
+}
+
+TEST_CASE("sampling with a seed is reproducible across prefix reuse, and the seed matters") {
+  FakeBackend backend(97, 512);
+  Generator generator(backend, {});
+  GenerateRequest request = greedy(iota_prompt(8), 40);
+  request.sampling.temperature = 1.0f;
+  request.sampling.seed = 7;
+  const Run a = run(generator, request);
+  const Run b = run(generator, request);  // this one reuses the cache
+  CHECK(b.result.stats.reused_tokens == 7);
+  CHECK(a.tokens == b.tokens);
+  request.sampling.seed = 8;
+  const Run c = run(generator, request);
+  CHECK(a.tokens != c.tokens);
+}
+
+TEST_CASE("a backend error resets the cache instead of leaving it out of step") {
+  int calls = 0;
+  FakeBackend backend(97, 256, [&](std::span<const int32_t> context, std::span<float> row) {
+    if (++calls == 4) throw EngineError("internal", "injected failure");
+    runahead::testing::hashed_logits(context, row);
+  });
+  Generator generator(backend, {});
+  CHECK_THROWS_AS(run(generator, greedy(iota_prompt(8), 10)), EngineError);
+  CHECK(backend.kv_len() == 0);
+  CHECK(generator.cached_tokens().empty());
+  const Run r = run(generator, greedy(iota_prompt(8), 10));
+  CHECK(r.tokens == cold(greedy(iota_prompt(8), 10)));
+}
