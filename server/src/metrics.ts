@@ -13,6 +13,7 @@ export interface CompletionMetrics {
   servedMs: number;
   debounceMs: number;
   chars: number;
+  /** The engine's finish reason, or 'enough' when the server stopped it because the completion was complete. */
   finishReason?: string;
   ttftMs?: number;
   decodeMsPerToken?: number;

@@ -125,9 +125,15 @@ connection.onRequest('runahead/stats', async () => {
   const conn = await supervisor.ready(0);
   return { server: process.memoryUsage(), engine: conn ? await conn.stats().catch(() => null) : null };
 });
-connection.languages.inlineCompletion.on((params, token) => {
+connection.languages.inlineCompletion.on(async (params, token) => {
   cursorLine.set(params.textDocument.uri, params.position.line);
-  return pipeline.complete(params, token);
+  try {
+    return await pipeline.complete(params, token);
+  } catch (err) {
+    // A bug in a stage costs this completion, never an error dialog in the editor.
+    log('error', `completion failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+    return null;
+  }
 });
 
 documents.onDidOpen((e) => {

@@ -10,7 +10,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { CancellationTokenSource, createProtocolConnection, StreamMessageReader, StreamMessageWriter } from 'vscode-languageserver-protocol/node.js';
+import { CancellationTokenSource, createProtocolConnection, InlineCompletionRequest, StreamMessageReader, StreamMessageWriter } from 'vscode-languageserver-protocol/node.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const arg = (name, def) => {
@@ -78,7 +78,7 @@ async function one(i) {
   const cts = new CancellationTokenSource();
   let timer;
   const settled = conn
-    .sendRequest('textDocument/inlineCompletion', { textDocument: { uri }, position: pos, context: { triggerKind: 2 } }, cts.token)
+    .sendRequest(InlineCompletionRequest.type, { textDocument: { uri }, position: pos, context: { triggerKind: 2 } }, cts.token)
     .then((r) => (r && r.items?.length ? 'served' : 'empty'), (e) => (e?.code === -32800 ? 'cancelled' : 'error'));
   const hang = new Promise((r) => (timer = setTimeout(() => r('hanging'), hangMs)));
   if (cancel) setTimeout(() => cts.cancel(), 1 + Math.floor(rand() * 15));

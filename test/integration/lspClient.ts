@@ -7,6 +7,7 @@ import { pathToFileURL } from 'node:url';
 import {
   CancellationTokenSource,
   createProtocolConnection,
+  InlineCompletionRequest,
   StreamMessageReader,
   StreamMessageWriter,
   type InlineCompletionList,
@@ -115,7 +116,8 @@ export class TestClient {
   }
 
   complete(uri: string, line: number, character: number, cancel?: CancellationTokenSource, triggerKind = 1): Promise<InlineCompletionList | null> {
-    return this.conn.sendRequest('textDocument/inlineCompletion', { textDocument: { uri }, position: { line, character }, context: { triggerKind } }, cancel?.token);
+    const params = { textDocument: { uri }, position: { line, character }, context: { triggerKind: triggerKind as 1 | 2 } };
+    return this.conn.sendRequest(InlineCompletionRequest.type, params, cancel?.token).then((r) => (Array.isArray(r) ? { items: r } : r));
   }
 
   async engineStats(): Promise<{ rss_bytes?: number; busy?: boolean; requests?: number } | null> {

@@ -80,7 +80,7 @@ export class CompletionPipeline {
     const place: Place = { uri: doc.uri, languageId: doc.languageId, prefix: text.slice(0, replaceFrom) + lead, suffix: text.slice(replaceTo) };
     const range: Range = { start: doc.positionAt(replaceFrom), end: doc.positionAt(replaceTo) };
     const answer = (completion: string): InlineCompletionList | null =>
-      completion.length === 0 && lead.length === 0 ? null : { items: [{ insertText: lead + completion, range } satisfies InlineCompletionItem] };
+      completion.length === 0 ? null : { items: [{ insertText: lead + completion, range } satisfies InlineCompletionItem] };
 
     const decision = shouldComplete(
       { languageId: doc.languageId, linePrefix: currentLinePrefix(place), lineSuffix: currentLineSuffix(place), triggerKind: params.context.triggerKind },
@@ -95,7 +95,7 @@ export class CompletionPipeline {
         servedMs: performance.now() - started,
         debounceMs,
         chars: completion.length,
-        ...(result ? engineMetrics(result.done, this.deps.supervisor.loadReport) : {}),
+        ...(result ? { ...engineMetrics(result.done, this.deps.supervisor.loadReport), finishReason: result.finish } : {}),
       });
     };
 
