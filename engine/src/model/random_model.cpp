@@ -49,10 +49,11 @@ void fill_uniform(uint16_t* out, size_t n, float std, uint64_t seed) {
     for (size_t c; (c = next.fetch_add(1)) < chunks;) {
       uint64_t state = seed * 0x2545F4914F6CDD1Dull + c;
       const size_t end = std::min(n, (c + 1) * kChunk);
-      for (size_t i = c * kChunk; i < end; ++i) {
-        // 24 random bits -> [-1, 1)
-        const float u = float(splitmix64(state) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-        out[i] = to_bf16(a * u);
+      // 16 random bits per value (bf16 keeps 8): four values per 64-bit draw.
+      for (size_t i = c * kChunk; i < end; i += 4) {
+        const uint64_t r = splitmix64(state);
+        for (size_t k = 0; k < 4 && i + k < end; ++k)
+          out[i + k] = to_bf16(a * (float((r >> (16 * k)) & 0xFFFF) * (2.0f / 65536.0f) - 1.0f));
       }
     }
   };
