@@ -104,15 +104,33 @@ TEST_CASE("matmul kernels match a double reference and the portable kernel") {
   }
 }
 
-TEST_CASE("axpy kernels add a * x") {
+TEST_CASE("combine_rows and sum kernels match a double reference") {
   std::mt19937 rng(3);
   for (const Kernels* kernels : available_kernels()) {
-    for (int64_t n : {1, 15, 16, 17, 64, 131}) {
-      INFO(std::string(kernels->simd) << " n=" << n);
-      std::vector<float> x = random_floats(size_t(n), rng), y = random_floats(size_t(n), rng);
-      std::vector<float> y0 = y;
-      kernels->axpy(y.data(), 0.37f, x.data(), n);
-      for (int64_t i = 0; i < n; ++i) REQUIRE(y[i] == doctest::Approx(y0[i] + 0.37 * x[i]).epsilon(1e-6));
+    for (int64_t d : {1, 15, 16, 17, 64, 131}) {
+      for (int64_t rows : {1, 2, 29}) {
+        INFO(std::string(kernels->simd) << " d=" << d << " rows=" << rows);
+        const int64_t ldv = d + 5;
+        std::vector<float> a = random_floats(size_t(rows), rng), v = random_floats(size_t(rows * ldv), rng);
+        std::vector<float> y(size_t(d) + 1, -7.0f);
+        kernels->combine_rows(a.data(), v.data(), ldv, rows, d, y.data());
+        for (int64_t i = 0; i < d; ++i) {
+          double ref = 0.0, magnitude = 0.0;
+          for (int64_t p = 0; p < rows; ++p) {
+            ref += double(a[p]) * v[p * ldv + i];
+            magnitude += std::fabs(double(a[p]) * v[p * ldv + i]);
+          }
+          REQUIRE(std::fabs(y[i] - ref) <= 1e-6 * magnitude + 1e-7);
+        }
+        CHECK(y[d] == -7.0f);
+      }
+      std::vector<float> x = random_floats(size_t(d * 5), rng);
+      double ref = 0.0, magnitude = 0.0;
+      for (float f : x) {
+        ref += f;
+        magnitude += std::fabs(f);
+      }
+      CHECK(std::fabs(kernels->sum(x.data(), d * 5) - ref) <= 1e-6 * magnitude);
     }
   }
 }

@@ -26,8 +26,6 @@ void Attention::run(ThreadPool& pool, const Kernels& kernels, KVCache& cache, in
       const float* q_group = q + size_t(t) * q_dim + size_t(g) * group * d;
       kernels.matmul_f32(cache.k(layer, 0) + g * d, kv_dim, 0, len, d, q_group, d, group, scores,
                          len);
-      float* out_group = out + size_t(t) * q_dim + size_t(g) * group * d;
-      std::fill(out_group, out_group + group * d, 0.0f);
       for (int j = 0; j < group; ++j) {
         float* s = scores + size_t(j) * len;
         const float max = *std::max_element(s, s + len);
@@ -35,10 +33,8 @@ void Attention::run(ThreadPool& pool, const Kernels& kernels, KVCache& cache, in
         for (int p = 0; p < len; ++p) sum += s[p] = std::exp((s[p] - max) * scale);
         const float inv = 1.0f / sum;
         for (int p = 0; p < len; ++p) s[p] *= inv;
-      }
-      for (int p = 0; p < len; ++p) {
-        const float* v = cache.v(layer, p) + g * d;
-        for (int j = 0; j < group; ++j) kernels.axpy(out_group + j * d, scores[size_t(j) * len + p], v, d);
+        kernels.combine_rows(s, cache.v(layer, 0) + g * d, kv_dim, len, d,
+                             out + size_t(t) * q_dim + size_t(g * group + j) * d);
       }
     }
   });

@@ -14,8 +14,10 @@ namespace runahead {
 using MatmulRowsFn = void (*)(const void* w, int64_t ldw, int64_t row_begin, int64_t row_end,
                               int64_t k, const float* x, int64_t ldx, int n, float* y,
                               int64_t ldy);
-// y[i] += a * x[i]   for i in [0, n).
-using AxpyFn = void (*)(float* y, float a, const float* x, int64_t n);
+// y[i] = sum_p a[p] * v[p, i]   for i in [0, d), p in [0, rows); v has row stride ldv.
+// (Attention's weighted sum of value rows.)
+using CombineRowsFn = void (*)(const float* a, const float* v, int64_t ldv, int64_t rows,
+                               int64_t d, float* y);
 // sum_i x[i]   for i in [0, n): a read-only sweep as fast as loads go (bandwidth probe).
 using SumFn = float (*)(const float* x, int64_t n);
 
@@ -24,7 +26,7 @@ struct Kernels {
   MatmulRowsFn matmul_f32;
   MatmulRowsFn matmul_f16;
   MatmulRowsFn matmul_bf16;
-  AxpyFn axpy;
+  CombineRowsFn combine_rows;
   SumFn sum;
 
   MatmulRowsFn matmul(DType weights) const {

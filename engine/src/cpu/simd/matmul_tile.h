@@ -1,5 +1,5 @@
 #pragma once
-// The register-tiled matmul, axpy and sum shared by every instruction set. An Isa supplies
+// The register-tiled matmul, row combination and sum shared by every instruction set. An Isa supplies
 // the vector type V (width floats), loads that widen f32/bf16/f16 to f32, fma, sum.
 // Include only from a simd/*.cpp whose Isa struct lives in an anonymous namespace, so
 // that every instantiation has internal linkage and code built with -mavx512f never
@@ -21,17 +21,23 @@ inline void tile(const W* w, int64_t ldw, int64_t k, const float* x, int64_t ldx
                  int64_t ldy) {
   using V = typename Isa::V;
   V acc[R][T];
+  // Fully unrolled (GCC does not at -O2), so that acc lives in registers, not on the stack.
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[r][t] = Isa::zero();
   const int64_t k_vec = k - k % Isa::width;
   for (int64_t i = 0; i < k_vec; i += Isa::width) {
     V wr[R];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      Isa::prefetch(w + r * ldw + i + Isa::prefetch_distance);
+      if constexpr (T == 1) Isa::prefetch(w + r * ldw + i + Isa::prefetch_distance);
       wr[r] = Isa::load(w + r * ldw + i);
     }
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       V xt = Isa::load(x + t * ldx + i);
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r][t] = Isa::fma(wr[r], xt, acc[r][t]);
     }
   }
@@ -88,13 +94,33 @@ void matmul_rows(const void* weights, int64_t ldw, int64_t row_begin, int64_t ro
   }
 }
 
+// y[c : c + NV * width] = sum_p a[p] v[p, c : c + NV * width], accumulated in registers.
+template <class Isa, int NV>
+inline void combine_columns(const float* a, const float* v, int64_t ldv, int64_t rows, int64_t c,
+                            float* y) {
+  typename Isa::V acc[NV];
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) acc[j] = Isa::zero();
+  for (int64_t p = 0; p < rows; ++p) {
+    const typename Isa::V ap = Isa::set1(a[p]);
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) acc[j] = Isa::fma(ap, Isa::load(v + p * ldv + c + j * Isa::width), acc[j]);
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) Isa::store(y + c + j * Isa::width, acc[j]);
+}
+
 template <class Isa>
-void axpy(float* y, float a, const float* x, int64_t n) {
-  const typename Isa::V av = Isa::set1(a);
-  int64_t i = 0;
-  for (; i + Isa::width <= n; i += Isa::width)
-    Isa::store(y + i, Isa::fma(av, Isa::load(x + i), Isa::load(y + i)));
-  for (; i < n; ++i) y[i] += a * x[i];
+void combine_rows(const float* a, const float* v, int64_t ldv, int64_t rows, int64_t d, float* y) {
+  constexpr int kWide = 4;
+  int64_t c = 0;
+  for (; c + kWide * Isa::width <= d; c += kWide * Isa::width) combine_columns<Isa, kWide>(a, v, ldv, rows, c, y);
+  for (; c + Isa::width <= d; c += Isa::width) combine_columns<Isa, 1>(a, v, ldv, rows, c, y);
+  for (; c < d; ++c) {
+    float s = 0.0f;
+    for (int64_t p = 0; p < rows; ++p) s += a[p] * v[p * ldv + c];
+    y[c] = s;
+  }
 }
 
 template <class Isa>
@@ -106,6 +132,7 @@ float sum(const float* x, int64_t n) {
   for (V& a : acc) a = Isa::zero();
   int64_t i = 0;
   for (; i + kUnroll * Isa::width <= n; i += kUnroll * Isa::width)
+#pragma GCC unroll 4
     for (int u = 0; u < kUnroll; ++u) acc[u] = Isa::fma(Isa::load(x + i + u * Isa::width), one, acc[u]);
   float s = 0.0f;
   for (const V& a : acc) s += Isa::sum(a);
@@ -116,7 +143,7 @@ float sum(const float* x, int64_t n) {
 template <class Isa>
 Kernels make_kernels(const char* name) {
   return Kernels{name, &matmul_rows<Isa, float>, &matmul_rows<Isa, F16>,
-                 &matmul_rows<Isa, Bf16>, &axpy<Isa>, &sum<Isa>};
+                 &matmul_rows<Isa, Bf16>, &combine_rows<Isa>, &sum<Isa>};
 }
 
 }  // namespace runahead::simd
