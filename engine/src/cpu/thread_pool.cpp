@@ -1,6 +1,7 @@
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -18,17 +19,28 @@
 namespace runahead {
 
 namespace {
-// About 50 µs of spinning: longer than the gap between two ops of a decode step,
-// far shorter than the gap between two requests.
-constexpr int kSpinIterations = 20000;
+// Longer than the gap between two ops of a decode step, far shorter than the gap
+// between two requests. Timed, because a pause lasts 10 to 140 cycles by CPU model.
+constexpr auto kSpin = std::chrono::microseconds(50);
 
+// Spins until ready() or kSpin has passed; returns ready().
 template <class Ready>
-void spin_then_wait(const std::atomic<uint64_t>& value, uint64_t old, Ready ready) {
-  for (int i = 0; i < kSpinIterations; ++i) {
-    if (ready()) return;
-    RUNAHEAD_PAUSE();
+bool spin(Ready ready) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      RUNAHEAD_PAUSE();
+    }
+    if (std::chrono::steady_clock::now() > until) return ready();
   }
-  while (!ready()) value.wait(old, std::memory_order_acquire);
+}
+
+// Spins, then sleeps until `value` differs from `old`.
+template <class T>
+void await_change(const std::atomic<T>& value, T old) {
+  if (spin([&] { return value.load(std::memory_order_acquire) != old; })) return;
+  while (value.load(std::memory_order_acquire) == old) value.wait(old, std::memory_order_acquire);
 }
 }  // namespace
 
@@ -61,22 +73,16 @@ void ThreadPool::dispatch(Trampoline call, void* fn) {
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   call(fn, 0);
-  // pending_ is an int; wait on it through its own atomic.
-  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
-    if (i < kSpinIterations) {
-      RUNAHEAD_PAUSE();
-    } else {
-      int p = pending_.load(std::memory_order_acquire);
-      if (p != 0) pending_.wait(p, std::memory_order_acquire);
-    }
+  if (spin([&] { return pending_.load(std::memory_order_acquire) == 0; })) return;
+  for (int p; (p = pending_.load(std::memory_order_acquire)) != 0;) {
+    pending_.wait(p, std::memory_order_acquire);
   }
 }
 
 void ThreadPool::worker(int thread) {
   uint64_t seen = 0;
   for (;;) {
-    spin_then_wait(generation_, seen,
-                   [&] { return generation_.load(std::memory_order_acquire) != seen; });
+    await_change(generation_, seen);
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
     call_(fn_, thread);

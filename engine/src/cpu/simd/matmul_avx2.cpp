@@ -32,6 +32,11 @@ struct Avx2 {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  // out[0..4) = the sums of a, b, c, d.
+  static void sum4(V a, V b, V c, V d, float* out) {
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+  }
   static float scalar(float w) { return w; }
   static float scalar(simd::Bf16 w) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(w.bits << 16))); }
   static float scalar(simd::F16 w) { return _cvtsh_ss(w.bits); }

@@ -31,6 +31,15 @@ struct Avx512 {
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static float sum(V v) { return _mm512_reduce_add_ps(v); }
+  // out[0..4) = the sums of a, b, c, d: halves added, then an AVX hadd tree.
+  static void sum4(V a, V b, V c, V d, float* out) {
+    auto fold = [](V v) {
+      return _mm256_add_ps(_mm512_castps512_ps256(v),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    };
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(fold(a), fold(b)), _mm256_hadd_ps(fold(c), fold(d)));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+  }
   static float scalar(float w) { return w; }
   static float scalar(simd::Bf16 w) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(w.bits << 16))); }
   static float scalar(simd::F16 w) { return _cvtsh_ss(w.bits); }

@@ -40,6 +40,9 @@ struct Portable {
     for (float f : a.v) s += f;
     return s;
   }
+  static void sum4(const V& a, const V& b, const V& c, const V& d, float* out) {
+    out[0] = sum(a), out[1] = sum(b), out[2] = sum(c), out[3] = sum(d);
+  }
   static float scalar(float w) { return w; }
   static float scalar(simd::Bf16 w) { return bf16_to_f32(w.bits); }
   static float scalar(simd::F16 w) { return f16_to_f32(w.bits); }

@@ -1,6 +1,6 @@
 #pragma once
 // The register-tiled matmul, row combination and sum shared by every instruction set. An Isa supplies
-// the vector type V (width floats), loads that widen f32/bf16/f16 to f32, fma, sum.
+// the vector type V (width floats), loads that widen f32/bf16/f16 to f32, fma, sums.
 // Include only from a simd/*.cpp whose Isa struct lives in an anonymous namespace, so
 // that every instantiation has internal linkage and code built with -mavx512f never
 // replaces code meant for a lesser CPU.
@@ -41,11 +41,14 @@ inline void tile(const W* w, int64_t ldw, int64_t k, const float* x, int64_t ldx
       for (int r = 0; r < R; ++r) acc[r][t] = Isa::fma(wr[r], xt, acc[r][t]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) {
-      float s = Isa::sum(acc[r][t]);
-      for (int64_t i = k_vec; i < k; ++i) s += Isa::scalar(w[r * ldw + i]) * x[t * ldx + i];
-      y[t * ldy + r] = s;
+  for (int t = 0; t < T; ++t) {
+    float sums[R];
+    // Four rows at a time share one horizontal reduction (hadd tree) where the Isa has one.
+    for (int r = 0; r + 4 <= R; r += 4) Isa::sum4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t], sums + r);
+    for (int r = R - R % 4; r < R; ++r) sums[r] = Isa::sum(acc[r][t]);
+    for (int r = 0; r < R; ++r) {
+      for (int64_t i = k_vec; i < k; ++i) sums[r] += Isa::scalar(w[r * ldw + i]) * x[t * ldx + i];
+      y[t * ldy + r] = sums[r];
     }
   }
 }
