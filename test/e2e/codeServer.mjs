@@ -24,6 +24,7 @@ export const userSettings = {
   'workbench.tips.enabled': false,
   'workbench.welcomePage.walkthroughs.openOnInstall': false,
   'workbench.enableExperiments': false,
+  'workbench.secondarySideBar.defaultVisibility': 'hidden',
   'security.workspace.trust.enabled': false,
   'telemetry.telemetryLevel': 'off',
   'extensions.autoUpdate': false,

@@ -106,6 +106,5 @@ export function ensureTools() {
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const t = ensureTools();
-  const v = run(t.node, [t.codeServer, '--version'], { env: { ...process.env, PATH: `${t.nodeBin}:${process.env.PATH}` } });
-  log(`node ${run(t.node, ['--version']).out.trim()}, code-server ${v.out.trim().split('\n')[0]}, ${run(t.chromium, ['--version']).out.trim()}`);
+  log(`node ${run(t.node, ['--version']).out.trim()}, ${t.codeServer}, ${run(t.chromium, ['--version']).out.trim().split('\n')[0]}`);
 }
