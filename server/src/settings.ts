@@ -56,5 +56,5 @@ export function readSettings(raw: unknown, base: Settings = defaultSettings): Se
 
 /** The settings that need a new engine or a new model load when they change. */
 export function engineKey(s: Settings): string {
-  return JSON.stringify([s.enginePath, s.modelPath, s.draftModelPath, s.backend, s.speculation, s.maxDraftTokens, s.contextBudget]);
+  return JSON.stringify([s.enginePath, s.modelPath, s.draftModelPath, s.backend, s.speculation, s.maxDraftTokens]);
 }

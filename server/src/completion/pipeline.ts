@@ -148,7 +148,8 @@ export class CompletionPipeline {
       path,
       repoName,
       extra: this.deps.recent.forCompletion(place.uri),
-      budget: Math.max(64, Math.min(settings.contextBudget, model.info.contextLength - settings.maxTokens)),
+      // The engine's context (from its load report) holds the prompt and the completion.
+      budget: Math.max(64, Math.min(settings.contextBudget, (this.deps.supervisor.loadReport?.context_length ?? model.info.contextLength) - settings.maxTokens - 1)),
     });
     const filterCtx = { prefix: place.prefix, suffix: place.suffix, languageId: place.languageId };
     this.active?.cancel();

@@ -177,7 +177,8 @@ export class EngineSupervisor extends EventEmitter {
 
       const warnings: string[] = [];
       const draft = draftModelFor(settings, model.path);
-      const base: LoadOptions = { backend: settings.backend, threads: 0, context_length: 0 };
+      // RUNAHEAD_THREADS overrides the engine's choice (one per physical core), for benchmarks on a shared machine.
+      const base: LoadOptions = { backend: settings.backend, threads: Number(process.env.RUNAHEAD_THREADS ?? 0) || 0, context_length: 0 };
       const spec = speculationOptions(settings, draft, hello.capabilities.speculation ?? [], warnings);
       const onProgress = (p: { stage: string; done: number; total: number }) => {
         if (!current()) return;

@@ -1,6 +1,7 @@
 // The post-processing stage: the filters in the order they run. Each one is a
 // small file with its golden cases in test/unit/golden/<filter>/.
 import type { Filter, FilterContext } from './context';
+import { stopAtInvalidText } from './stopAtInvalidText';
 import { singleLineWhenTextFollows } from './singleLineWhenTextFollows';
 import { limitScopeByIndentation } from './limitScopeByIndentation';
 import { dropDuplicateSuffixLines } from './dropDuplicateSuffixLines';
@@ -9,6 +10,7 @@ import { removeSuffixOverlap } from './removeSuffixOverlap';
 import { trimTrailingWhitespace } from './trimTrailingWhitespace';
 
 export const filters: Record<string, Filter> = {
+  stopAtInvalidText,
   singleLineWhenTextFollows,
   limitScopeByIndentation,
   dropDuplicateSuffixLines,
