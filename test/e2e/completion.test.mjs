@@ -113,7 +113,7 @@ describe('Runahead in a real editor (code-server + headless Chromium)', function
     this.timeout(240_000);
     await wb.screenshot('workbench');
     const appeared = await wb.waitForStatus(/\S/, 90_000);
-    log(`status item appeared: ${JSON.stringify(appeared)}`);
+    log(`status item #${await wb.statusItemId()} appeared: ${JSON.stringify(appeared)}`);
     await wb.screenshot('status-first');
     // Ready: the item stops saying it loads (and says nothing broken).
     const ready = await wb.page.waitForFunction(

@@ -83,6 +83,10 @@ export class Workbench {
     return this.page.evaluate(() => window.__runaheadStatus ?? []);
   }
 
+  async statusItemId() {
+    return this.page.evaluate(`(() => { const el = (${findStatusItem})(); return el ? el.id : null; })()`);
+  }
+
   async statusText() {
     return this.page.evaluate(`(() => { const el = (${findStatusItem})(); return el ? el.textContent.trim() : null; })()`);
   }
@@ -102,12 +106,12 @@ export class Workbench {
 
   /** Opens a workspace file with Quick Open and waits until its editor shows a line of it. */
   async openFile(name, lineText, timeoutMs = 30_000) {
-    await this.page.locator('.monaco-workbench').click({ position: { x: 640, y: 400 } }).catch(() => {});
     await this.page.keyboard.press('Control+P');
     const input = this.page.locator('.quick-input-widget input');
     await input.waitFor({ timeout: timeoutMs });
     await input.fill(name);
-    await this.page.locator('.quick-input-widget .monaco-list-row').filter({ hasText: name }).first().waitFor({ timeout: timeoutMs });
+    // The list shows recent files first; Enter only once the filtered match is the focused row.
+    await this.page.locator('.quick-input-widget .monaco-list-row.focused').filter({ hasText: name }).waitFor({ timeout: timeoutMs });
     await this.page.keyboard.press('Enter');
     await this.page.locator('.tabs-container .tab.active').filter({ hasText: name }).waitFor({ timeout: timeoutMs });
     await this.editorLine(lineText).waitFor({ timeout: timeoutMs });
