@@ -30,10 +30,10 @@ def segments(text, max_chars=SEGMENT_CHARS):
 
 
 def line_starts(text):
-    starts = [0]
-    for i, c in enumerate(text):
-        if c == "\n" and i + 1 < len(text):
-            starts.append(i + 1)
+    starts, i = [0], text.find("\n")
+    while 0 <= i < len(text) - 1:
+        starts.append(i + 1)
+        i = text.find("\n", i + 1)
     return starts
 
 
@@ -117,9 +117,26 @@ def build_stream(tok, docs, seed, repeat_js=2, fim_rate=FIM_RATE):
     return builder.build()
 
 
-def fim_tasks(docs, n, seed, max_prefix=1500, max_suffix=600):
+def whole_lines_before(text, pos, max_chars):
+    """text[:pos] cut to at most max_chars, starting at a line start (as the server's prefix window does)."""
+    start = max(0, pos - max_chars)
+    if start > 0:
+        start = text.find("\n", start - 1) + 1 or pos
+    return text[min(start, pos):pos]
+
+
+def whole_lines_after(text, pos, max_chars):
+    """text[pos:] cut to at most max_chars, ending after a newline (as the server's suffix window does)."""
+    if pos + max_chars >= len(text):
+        return text[pos:]
+    cut = text.rfind("\n", pos, pos + max_chars)
+    return text[pos:cut + 1] if cut >= 0 else ""
+
+
+def fim_tasks(docs, n, seed, max_prefix=1200, max_suffix=400):
     """n realistic completion tasks from held-out files: a cursor at a line start (the middle is the
-    rest of that line, or a block of 1-3 lines) or inside a line (the rest of the line).
+    rest of that line, or a block of 1-3 lines) or inside a line (the rest of the line); prefix and
+    suffix are whole lines around them.
     Returns dicts {prefix, middle, suffix, kind, path}."""
     rng = random.Random(seed)
     pool = sorted((d for d in docs if len(d["text"]) > 400), key=lambda d: stable_hash(d["path"]))
@@ -145,6 +162,6 @@ def fim_tasks(docs, n, seed, max_prefix=1500, max_suffix=600):
         middle = text[begin:end]
         if not middle.strip() or len(middle) > 240:
             continue
-        tasks.append({"prefix": text[max(0, begin - max_prefix):begin], "middle": middle,
-                      "suffix": text[end:end + max_suffix], "kind": kind, "path": doc["path"]})
+        tasks.append({"prefix": whole_lines_before(text, begin, max_prefix), "middle": middle,
+                      "suffix": whole_lines_after(text, end, max_suffix), "kind": kind, "path": doc["path"]})
     return tasks

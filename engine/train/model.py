@@ -162,8 +162,8 @@ class MTPHead(nn.Module):
                     p.copy_(s)
             H = self.eh_proj.out_features
             self.eh_proj.weight.zero_()
-            self.eh_proj.weight[:, :H] += 0.5 * torch.eye(H)
-            self.eh_proj.weight[:, H:] += 0.5 * torch.eye(H)
+            self.eh_proj.weight[:, :H] += 0.5 * torch.eye(H, device=p.device)
+            self.eh_proj.weight[:, H:] += 0.5 * torch.eye(H, device=p.device)
 
     def unrolled(self, embed, hidden, tokens, depth):
         """Depth-unrolled forward over whole sequences, exactly as chained drafting sees it.

@@ -35,6 +35,8 @@ def save_tokenizer(tok, folder, max_length):
                                    additional_special_tokens=SPECIAL[1:], model_max_length=max_length,
                                    clean_up_tokenization_spaces=False)
     fast.save_pretrained(folder)
+    # Compact JSON: the pretty-printed file is twice the size, and the bundle carries it twice (draft/).
+    fast.backend_tokenizer.save(f"{folder}/tokenizer.json", pretty=False)
     return fast
 
 

@@ -100,10 +100,23 @@ class Run:
         out = self.args.export
         if not out:
             return
-        with tarfile.open(os.path.join(out, "models.tar"), "w") as t:
-            for path, name in ((self.model_dir, "runahead-coder"), (self.kl_draft_dir, "draft-kl")):
-                if os.path.exists(path):
-                    t.add(path, arcname=name)
+        # Files come back at most 16 MB each: the target, its heads, and the KL draft travel apart.
+        def is_head(info):
+            parts = info.name.split("/")
+            return len(parts) > 1 and parts[1] in ("draft", "mtp.safetensors")
+
+        def target(info):
+            return None if is_head(info) else info
+
+        def heads(info):
+            return info if is_head(info) or info.name == "runahead-coder" else None
+
+        for tar_name, path, name, keep in (("target.tar", self.model_dir, "runahead-coder", target),
+                                           ("heads.tar", self.model_dir, "runahead-coder", heads),
+                                           ("draft-kl.tar", self.kl_draft_dir, "draft-kl", None)):
+            if os.path.exists(path):
+                with tarfile.open(os.path.join(out, tar_name), "w") as t:
+                    t.add(path, arcname=name, filter=keep)
         with tarfile.open(os.path.join(out, "logs.tar"), "w") as t:
             t.add(self.logs, arcname="logs")
             t.add(self.splits, arcname="splits")
@@ -146,7 +159,7 @@ def train_loop(run, name, module, step_fn, lr, seconds, warmup=50):
         opt.zero_grad(set_to_none=True)
         if step % 20 == 0 or run.smoke:
             row = {"step": step, "seconds": round(time.time() - start, 1), "lr": lr * scale, "loss": loss.item(),
-                   **{k: float(v) for k, v in metrics.items()}}
+                   **{k: float(v.detach()) for k, v in metrics.items()}}
             rows.append(row)
             if step % 100 == 0 or run.smoke:
                 log(f"{name} " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
@@ -330,7 +343,7 @@ def stage_draft(run):
     train, _, _ = run.streams()
     target, _ = load_target(run)
     t0 = time.time()
-    batches, batch, prompt, new = (2, 4, 16, 16) if run.smoke else (run.args.sample_batches, 256, 128, 384)
+    batches, batch, prompt, new = (2, 4, 16, 16) if run.smoke else (run.args.sample_batches, 256, 128, 256)
     samples = sample_target(run, target, train, batches, batch, prompt, new)
     log(f"draft: {samples.numel() / 1e6:.2f}M tokens sampled from the target in {time.time() - t0:.0f}s")
     steps = None
