@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/error.h"
 #include "model/weights.h"
 
 namespace runahead {
@@ -40,6 +41,18 @@ class Backend {
 
   // Rolls the KV cache back to its first n positions (n <= kv_len()).
   virtual void truncate(int n) = 0;
+
+  // Speculation with an MTP head (runtime/drafters/mtp.*) needs two more things; a
+  // backend without them refuses, and the head is reported inactive.
+  // hidden() keeps the rows of every token of a forward, not only the last n_out.
+  virtual void keep_all_hidden(bool all) {
+    if (all) throw EngineError("bad_request", name() + " backend: hidden states of every position are not available");
+  }
+  // As forward(), over input vectors x: [n, hidden] in place of token embeddings.
+  virtual void forward_vectors(std::span<const float> x, int n_out, std::vector<float>& logits) {
+    (void)x, (void)n_out, (void)logits;
+    throw EngineError("bad_request", name() + " backend: a forward over input vectors is not available");
+  }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> weights,

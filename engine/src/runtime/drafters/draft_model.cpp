@@ -1,0 +1,84 @@
+#include "runtime/drafters/draft_model.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "model/model_error.h"
+
+namespace runahead {
+
+namespace {
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+constexpr int kChunk = 512;  // catch-up forwards, as the target's prefill
+
+}  // namespace
+
+std::shared_ptr<const ModelWeights> load_draft_model(const std::filesystem::path& dir, const ModelWeights& target) {
+  auto draft = std::make_shared<ModelWeights>(load_model(dir));
+  const std::string config = (dir / "config.json").string();
+  if (draft->config.vocab_size != target.config.vocab_size)
+    model_error(config, "vocab_size",
+                "the draft model's vocab_size is " + std::to_string(draft->config.vocab_size) + " but the target's is " +
+                    std::to_string(target.config.vocab_size),
+                "a draft model with the target's tokenizer");
+  const std::filesystem::path mine = dir / "tokenizer.json", theirs = std::filesystem::path(target.source) / "tokenizer.json";
+  if (std::filesystem::exists(mine) && std::filesystem::exists(theirs) && read_file(mine) != read_file(theirs))
+    model_error(mine.string(), "tokenizer.json", "the draft model's tokenizer.json differs from the target's (" + theirs.string() + ")",
+                "a draft model with the target's tokenizer");
+  return draft;
+}
+
+DraftModelDrafter::DraftModelDrafter(std::shared_ptr<const ModelWeights> weights, const BackendFactory& make_backend,
+                                     const BackendOptions& options)
+    : weights_(std::move(weights)), backend_(make_backend(weights_, options)) {}
+
+nlohmann::json DraftModelDrafter::describe() const {
+  return {{"name", name()},
+          {"model", weights_->source},
+          {"architecture", weights_->config.architecture},
+          {"parameters", weights_->parameters},
+          {"layers", weights_->config.num_layers},
+          {"backend", backend_->name()}};
+}
+
+void DraftModelDrafter::forward(std::span<const int32_t> tokens) {
+  for (size_t begin = 0; begin < tokens.size(); begin += kChunk) {
+    const auto chunk = tokens.subspan(begin, std::min<size_t>(kChunk, tokens.size() - begin));
+    backend_->forward(chunk, 1, logits_);
+    cached_.insert(cached_.end(), chunk.begin(), chunk.end());
+  }
+}
+
+Draft DraftModelDrafter::propose(std::span<const int32_t> context, int k, Sampler& sampler) {
+  const int L = int(context.size());
+  k = std::min(k, backend_->context_length() - L + 1);
+  if (L == 0 || k <= 0) return {};
+  // Catch up: keep what still matches (at least the last context token runs again, for its logits).
+  const auto common = std::mismatch(cached_.begin(), cached_.end(), context.begin(), context.end());
+  const int keep = std::min(int(common.first - cached_.begin()), L - 1);
+  backend_->truncate(keep);
+  cached_.resize(size_t(keep));
+  forward(context.subspan(size_t(keep)));
+
+  Draft draft;
+  draft.confidence = pick_draft_token(logits_, sampler, draft);
+  while (int(draft.tokens.size()) < k) {
+    forward(std::span(draft.tokens).last(1));
+    // Only a deterministic draft may be cut by what it drew: a sampled one must stay a draw from q.
+    if (pick_draft_token(logits_, sampler, draft) < kMinDraftProb && sampler.params().greedy()) {
+      draft.tokens.pop_back();
+      break;
+    }
+  }
+  return draft;
+}
+
+}  // namespace runahead

@@ -1,0 +1,212 @@
+#include "runtime/drafters/mtp.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "cpu/half.h"
+#include "model/model_error.h"
+#include "model/safetensors.h"
+
+namespace runahead {
+
+namespace {
+
+// dst[i] = t[offset + i] in f32.
+void widen(const Tensor& t, int64_t offset, int64_t count, float* dst) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t j = offset + i;
+    switch (t.dtype) {
+      case DType::F32: dst[i] = static_cast<const float*>(t.data)[j]; break;
+      case DType::F16: dst[i] = f16_to_f32(static_cast<const uint16_t*>(t.data)[j]); break;
+      case DType::BF16: dst[i] = bf16_to_f32(static_cast<const uint16_t*>(t.data)[j]); break;
+    }
+  }
+}
+
+std::vector<float> widen(const Tensor& t) {
+  std::vector<float> out(size_t(t.numel()));
+  widen(t, 0, t.numel(), out.data());
+  return out;
+}
+
+// y = x / sqrt(mean(x^2) + eps) * w   for x, y, w: [n].
+void rmsnorm(const float* x, const float* w, float eps, int n, float* y) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float scale = float(1.0 / std::sqrt(ss / n + eps));
+  for (int i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+}
+
+struct MtpStorage {
+  std::unique_ptr<MappedFile> file;
+  std::shared_ptr<const ModelWeights> target;
+};
+
+}  // namespace
+
+MtpWeights load_mtp(const std::filesystem::path& path, std::shared_ptr<const ModelWeights> target) {
+  const std::string file = path.string();
+  auto storage = std::make_shared<MtpStorage>();
+  storage->file = std::make_unique<MappedFile>(path);
+  storage->target = target;
+  const MappedFile& mapped = *storage->file;
+  const std::vector<Tensor> tensors = parse_safetensors(mapped.data(), mapped.size(), file);
+
+  // The header was validated above; read its metadata for the format tag.
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, mapped.data(), 8);
+  const auto header = nlohmann::json::parse(
+      std::string(reinterpret_cast<const char*>(mapped.data()) + 8, size_t(header_len)));
+  const auto meta = header.value("__metadata__", nlohmann::json::object());
+  if (meta.value("format", "") != "runahead-mtp" || meta.value("version", "") != "1")
+    model_error(file, "__metadata__", "the header's __metadata__ is " + meta.dump(),
+                "{\"format\": \"runahead-mtp\", \"version\": \"1\"}");
+
+  const ModelConfig& c = target->config;
+  const int64_t H = c.hidden_size, q_dim = int64_t(c.num_heads) * c.head_dim,
+                kv_dim = int64_t(c.num_kv_heads) * c.head_dim;
+  auto find = [&](const std::string& name) -> const Tensor* {
+    for (const Tensor& t : tensors)
+      if (t.name == name) return &t;
+    return nullptr;
+  };
+  const Tensor* gate = find("mtp.layer.mlp.gate_proj.weight");
+  if (!gate || gate->shape.size() != 2)
+    model_error(file, "mtp.layer.mlp.gate_proj.weight", "tensor 'mtp.layer.mlp.gate_proj.weight' is missing or not 2-D",
+                "a tensor of shape [I_mtp, " + std::to_string(H) + "]");
+  const int64_t I = gate->shape[0];
+  DType dtype = gate->dtype;
+  auto bind = [&](const std::string& name, std::vector<int64_t> shape) -> Tensor {
+    const Tensor* t = find(name);
+    if (!t) model_error(file, name, "tensor '" + name + "' is missing", "a tensor of shape " + shape_string(shape));
+    if (t->shape != shape)
+      model_error(file, name, "tensor '" + name + "' has shape " + shape_string(t->shape),
+                  "shape " + shape_string(shape) + " for the target's hidden size " + std::to_string(H));
+    if (t->dtype != dtype)
+      model_error(file, name, "tensor '" + name + "' is " + dtype_name(t->dtype),
+                  std::string("every tensor in one dtype (") + dtype_name(dtype) + ")");
+    return *t;
+  };
+
+  MtpWeights w;
+  w.enorm = widen(bind("mtp.enorm.weight", {H}));
+  w.hnorm = widen(bind("mtp.hnorm.weight", {H}));
+  w.eh_proj = widen(bind("mtp.eh_proj.weight", {H, 2 * H}));
+
+  auto layer = std::make_shared<ModelWeights>();
+  layer->config = c;
+  layer->config.num_layers = 1;
+  layer->config.intermediate_size = int(I);
+  LayerWeights l;
+  const std::string p = "mtp.layer.";
+  l.attn_norm = bind(p + "input_layernorm.weight", {H});
+  l.wq = bind(p + "self_attn.q_proj.weight", {q_dim, H});
+  l.wk = bind(p + "self_attn.k_proj.weight", {kv_dim, H});
+  l.wv = bind(p + "self_attn.v_proj.weight", {kv_dim, H});
+  if (c.qkv_bias) {
+    l.bq = bind(p + "self_attn.q_proj.bias", {q_dim});
+    l.bk = bind(p + "self_attn.k_proj.bias", {kv_dim});
+    l.bv = bind(p + "self_attn.v_proj.bias", {kv_dim});
+  }
+  l.wo = bind(p + "self_attn.o_proj.weight", {H, q_dim});
+  l.mlp_norm = bind(p + "post_attention_layernorm.weight", {H});
+  l.w_gate = bind(p + "mlp.gate_proj.weight", {I, H});
+  l.w_up = bind(p + "mlp.up_proj.weight", {I, H});
+  l.w_down = bind(p + "mlp.down_proj.weight", {H, I});
+  layer->layers.push_back(l);
+  layer->final_norm = bind("mtp.final_norm.weight", {H});
+  layer->embed = target->embed;
+  layer->lm_head = target->lm_head;
+  layer->dtype = dtype;
+  layer->source = file;
+  for (const Tensor& t : tensors) layer->parameters += t.numel();
+  layer->weight_bytes = l.wq.nbytes() + l.wk.nbytes() + l.wv.nbytes() + l.wo.nbytes() + l.w_gate.nbytes() +
+                        l.w_up.nbytes() + l.w_down.nbytes() + target->lm_head.nbytes();
+  layer->storage = storage;
+  w.layer = layer;
+  return w;
+}
+
+MtpDrafter::MtpDrafter(MtpWeights weights, std::shared_ptr<const ModelWeights> target,
+                       const BackendFactory& make_backend, const BackendOptions& options)
+    : w_(std::move(weights)),
+      target_(std::move(target)),
+      layer_(make_backend(w_.layer, options)),
+      hidden_size_(target_->config.hidden_size) {
+  // Refuses here, at load, on a backend that cannot run the head.
+  std::vector<float> x(size_t(hidden_size_), 0.0f);
+  layer_->forward_vectors(x, 1, logits_);
+  layer_->truncate(0);
+}
+
+nlohmann::json MtpDrafter::describe() const {
+  return {{"name", name()},
+          {"file", w_.layer->source},
+          {"intermediate_size", w_.layer->config.intermediate_size},
+          {"parameters", w_.layer->parameters},
+          {"backend", layer_->name()}};
+}
+
+void MtpDrafter::input(int32_t token, const float* h, float* x) const {
+  const int H = hidden_size_;
+  const float eps = target_->config.rms_norm_eps;
+  std::vector<float> eh(size_t(2 * H));
+  widen(target_->embed, int64_t(token) * H, H, eh.data());
+  rmsnorm(eh.data(), w_.enorm.data(), eps, H, eh.data());
+  rmsnorm(h, w_.hnorm.data(), eps, H, eh.data() + H);
+  for (int r = 0; r < H; ++r) {
+    const float* row = w_.eh_proj.data() + size_t(r) * size_t(2 * H);
+    float acc = 0;
+    for (int i = 0; i < 2 * H; ++i) acc += row[i] * eh[size_t(i)];
+    x[r] = acc;
+  }
+}
+
+void MtpDrafter::observe(int pos0, std::span<const int32_t> tokens, std::span<const float> hidden) {
+  const size_t H = size_t(hidden_size_), end = size_t(pos0) + tokens.size();
+  rows_.resize(end * H, 0.0f);  // a row it was never given stays zero: drafts get worse, never wrong
+  if (hidden.size() == tokens.size() * H) std::copy(hidden.begin(), hidden.end(), rows_.begin() + std::ptrdiff_t(pos0 * H));
+}
+
+Draft MtpDrafter::propose(std::span<const int32_t> context, int k, Sampler& sampler) {
+  const int L = int(context.size());
+  const size_t H = size_t(hidden_size_);
+  // Entry j (target position j) needs h_{j-1}: the target must hold every position but the last.
+  if (L < 2 || k <= 0 || rows_.size() < size_t(L - 1) * H) return {};
+  k = std::min(k, layer_->context_length() - (L - 1));
+  if (k <= 0) return {};
+
+  // Keep the entries whose tokens still match (entry j read tokens 0..j), and recompute
+  // at least the last one: its output starts the chain.
+  const auto common = std::mismatch(entry_tokens_.begin(), entry_tokens_.end(), context.begin(), context.end());
+  const int matched = int(common.first - entry_tokens_.begin());
+  const int keep = std::clamp(std::min(layer_->kv_len(), matched - 1), 0, L - 2);
+  layer_->truncate(keep);
+
+  const int n = (L - 1) - keep;  // entries for positions keep+1 .. L-1
+  x_.resize(size_t(n) * H);
+  for (int i = 0; i < n; ++i) {
+    const int j = keep + 1 + i;
+    input(context[size_t(j)], rows_.data() + size_t(j - 1) * H, x_.data() + size_t(i) * H);
+  }
+  layer_->forward_vectors(x_, 1, logits_);
+  entry_tokens_.assign(context.begin(), context.end());
+
+  Draft draft;
+  draft.confidence = pick_draft_token(logits_, sampler, draft);
+  x_.resize(H);
+  while (int(draft.tokens.size()) < k) {
+    h_.assign(layer_->hidden().end() - std::ptrdiff_t(H), layer_->hidden().end());
+    input(draft.tokens.back(), h_.data(), x_.data());
+    layer_->forward_vectors(x_, 1, logits_);
+    // Only a deterministic draft may be cut by what it drew: a sampled one must stay a draw from q.
+    if (pick_draft_token(logits_, sampler, draft) < kMinDraftProb && sampler.params().greedy()) {
+      draft.tokens.pop_back();
+      break;
+    }
+  }
+  layer_->truncate(L - 1);  // the chain's entries were speculative
+  return draft;
+}
+
+}  // namespace runahead

@@ -1,0 +1,264 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "model/error.h"
+
+namespace runahead {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// A model drafter that has earned nothing yet is trusted this much.
+constexpr double kModelPrior = 0.6;
+// Every step, what a drafter learned fades by this factor when it is not used, so one
+// that stopped paying is tried again after a while.
+constexpr double kFade = 0.97;
+// Weight of the newest verification in a drafter's acceptance estimate.
+constexpr double kDecay = 0.9;
+
+}  // namespace
+
+double CostTable::ratio(int width) const {
+  if (ms.empty() || ms[0] <= 0) return 1.0 + 0.05 * (width - 1);  // unmeasured: nearly flat
+  if (width <= int(ms.size())) return ms[size_t(width - 1)] / ms[0];
+  const double last = ms.back(), slope = ms.size() > 1 ? std::max(0.0, last - ms[ms.size() - 2]) : 0.0;
+  return (last + slope * double(width - int(ms.size()))) / ms[0];
+}
+
+nlohmann::json CostTable::to_json() const {
+  nlohmann::json widths = nlohmann::json::array(), ratios = nlohmann::json::array();
+  for (size_t w = 1; w <= ms.size(); ++w) {
+    widths.push_back(std::round(ms[w - 1] * 1000) / 1000);
+    ratios.push_back(std::round(ratio(int(w)) * 1000) / 1000);
+  }
+  return {{"verify_ms", widths}, {"ratio", ratios}};
+}
+
+CostTable measure_costs(Backend& target, int max_width, int reps) {
+  CostTable table;
+  const int context = std::min(64, target.context_length() - max_width);
+  if (context < 1 || max_width < 1) return table;
+  target.truncate(0);
+  std::vector<int32_t> tokens(size_t(context + max_width));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919) % size_t(target.config().vocab_size));
+  std::vector<float> logits;
+  target.forward(std::span(tokens).first(size_t(context)), 1, logits);
+  std::vector<double> times;
+  for (int w = 1; w <= max_width; ++w) {
+    times.clear();
+    for (int r = 0; r <= reps; ++r) {  // the first run warms up and is not counted
+      const auto start = Clock::now();
+      target.forward(std::span(tokens).subspan(size_t(context), size_t(w)), w, logits);
+      if (r > 0) times.push_back(ms_since(start));
+      target.truncate(context);
+    }
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    table.ms.push_back(times[times.size() / 2]);
+  }
+  target.truncate(0);
+  return table;
+}
+
+nlohmann::json SpeculationStats::to_json() const {
+  auto counts = [](int steps, int drafted, int accepted) {
+    return nlohmann::json{{"steps", steps},
+                          {"drafted", drafted},
+                          {"accepted", accepted},
+                          // tokens a verifying step yields: the accepted drafts and the target's own
+                          {"accepted_per_step", steps ? std::round(1000.0 * (accepted + steps) / steps) / 1000 : 0.0}};
+  };
+  nlohmann::json by = nlohmann::json::object();
+  for (const auto& [name, c] : by_drafter) by[name] = counts(c.steps, c.drafted, c.accepted);
+  nlohmann::json j = counts(steps, drafted, accepted);
+  j["drafter"] = drafter;
+  j["by_drafter"] = by;
+  return j;
+}
+
+Verdict verify(const Draft& draft, std::span<const float> logits, int vocab, Sampler& sampler) {
+  const int k = int(draft.tokens.size());
+  auto row = [&](int i) { return logits.subspan(size_t(i) * size_t(vocab), size_t(vocab)); };
+  Verdict v;
+  if (sampler.params().greedy()) {
+    while (v.accepted < k && draft.tokens[size_t(v.accepted)] == argmax(row(v.accepted))) ++v.accepted;
+    v.next = argmax(row(v.accepted));
+    return v;
+  }
+  std::vector<float> p;
+  for (; v.accepted < k; ++v.accepted) {
+    const int i = v.accepted;
+    const int32_t d = draft.tokens[size_t(i)];
+    sampler.distribution(row(i), p);
+    const float* q = draft.probs.empty() ? nullptr : draft.probs.data() + size_t(i) * size_t(vocab);
+    const double qd = q ? q[d] : 1.0;
+    if (qd > 0 && sampler.uniform() * qd < p[size_t(d)]) continue;  // u < p/q
+    // Rejected: the residual max(0, p - q) carries exactly the mass the draft lacked.
+    double mass = 0;
+    for (int t = 0; t < vocab; ++t) {
+      const float qt = q ? q[t] : (t == d ? 1.0f : 0.0f);
+      p[size_t(t)] = std::max(0.0f, p[size_t(t)] - qt);
+      mass += p[size_t(t)];
+    }
+    if (mass <= 0) sampler.distribution(row(i), p);  // p == q up to rounding
+    v.next = sampler.draw(p);
+    return v;
+  }
+  v.next = sampler.sample(row(k));
+  return v;
+}
+
+Speculator::Speculator(Backend& target, std::vector<std::unique_ptr<Drafter>> drafters,
+                       SpeculationOptions options, CostTable costs)
+    : target_(target), options_(std::move(options)), costs_(std::move(costs)) {
+  for (auto& d : drafters) {
+    wants_hidden_ = wants_hidden_ || d->wants_hidden();
+    drafters_.push_back({std::move(d), {}, 0.0});
+  }
+  if (wants_hidden_) target_.keep_all_hidden(true);
+  stats_.drafter = options_.mode;
+}
+
+void Speculator::begin() {
+  stats_ = SpeculationStats{};
+  stats_.drafter = options_.mode;
+}
+
+void Speculator::feed(int pos0, std::span<const int32_t> tokens, std::span<const float> hidden) {
+  for (DrafterState& d : drafters_)
+    d.drafter->observe(pos0, tokens, d.drafter->wants_hidden() ? hidden : std::span<const float>{});
+}
+
+void Speculator::observed(int pos0, std::span<const int32_t> tokens) {
+  if (drafters_.empty()) return;
+  std::span<const float> hidden;
+  if (wants_hidden_) {
+    // The rows of a forward are its last ones: the kept tokens are all of it here.
+    hidden = target_.hidden();
+    hidden = hidden.last(tokens.size() * size_t(target_.config().hidden_size));
+  }
+  feed(pos0, tokens, hidden);
+}
+
+void Speculator::end(std::span<const int32_t> all_tokens) {
+  for (DrafterState& d : drafters_) d.drafter->end(all_tokens);
+}
+
+std::pair<int, double> Speculator::best_depth(double alpha, double draft_ratio, int k_max) const {
+  int best_k = 0;
+  double best_gain = 1.0, expected = 1.0, term = 1.0;
+  for (int k = 1; k <= k_max; ++k) {
+    term *= alpha;
+    expected += term;  // E[tokens] = 1 + a + a^2 + ... + a^k under a constant acceptance rate
+    const double gain = expected / (costs_.ratio(k + 1) + k * draft_ratio);
+    if (gain > best_gain * 1.02) {  // a 2% edge, so noise in the table does not buy a verify
+      best_gain = gain;
+      best_k = k;
+    }
+  }
+  return {best_k, best_gain};
+}
+
+Speculator::Choice Speculator::choose(std::span<const int32_t> context, int k_max, Sampler& sampler) {
+  Choice best;
+  const double step_ms = costs_.ms.empty() ? 0.0 : costs_.ms[0];
+  for (size_t i = 0; i < drafters_.size(); ++i) {
+    DrafterState& d = drafters_[i];
+    const double draft_ratio = step_ms > 0 ? d.ms_per_token / step_ms : 0.0;
+    if (d.drafter->drafts_for_free()) {
+      Draft draft = d.drafter->propose(context, k_max, sampler);
+      if (draft.tokens.empty()) continue;
+      const double alpha = d.acceptance[draft.bucket].alpha(draft.confidence);
+      const auto [k, gain] = best_depth(alpha, draft_ratio, int(draft.tokens.size()));
+      if (k > 0 && gain > best.gain) {
+        draft.tokens.resize(size_t(k));
+        best = {int(i), k, gain, std::move(draft)};
+      }
+    } else {
+      const auto [k, gain] = best_depth(d.acceptance[0].alpha(kModelPrior), draft_ratio, k_max);
+      if (k > 0 && gain > best.gain) best = {int(i), k, gain, {}};
+    }
+  }
+  return best;
+}
+
+SpecStep Speculator::plain_step(std::vector<int32_t>& cached, int32_t pending, Sampler& sampler,
+                                std::vector<float>& logits) {
+  const int pos0 = target_.kv_len();
+  const int32_t one[1] = {pending};
+  target_.forward(one, 1, logits);
+  cached.push_back(pending);
+  observed(pos0, one);
+  return {{sampler.sample(logits)}, 0, 0};
+}
+
+SpecStep Speculator::step(std::vector<int32_t>& cached, int32_t pending, Sampler& sampler, int budget,
+                          std::vector<float>& logits) {
+  const int pos0 = target_.kv_len();
+  // Drafts past what the request may still emit, or past the context, are wasted work.
+  const int k_max = std::min({options_.max_draft, budget - 1, target_.context_length() - pos0 - 1});
+  for (DrafterState& d : drafters_)
+    for (auto& [bucket, a] : d.acceptance) a.hits *= kFade, a.trials *= kFade;
+  if (drafters_.empty() || k_max <= 0) return plain_step(cached, pending, sampler, logits);
+
+  context_.assign(cached.begin(), cached.end());
+  context_.push_back(pending);
+  Choice choice = choose(context_, k_max, sampler);
+  if (choice.drafter < 0) return plain_step(cached, pending, sampler, logits);
+  DrafterState& d = drafters_[size_t(choice.drafter)];
+  if (choice.draft.tokens.empty()) {
+    const auto start = Clock::now();
+    choice.draft = d.drafter->propose(context_, choice.k, sampler);
+    if (!choice.draft.tokens.empty())
+      d.ms_per_token = 0.8 * d.ms_per_token + 0.2 * ms_since(start) / double(choice.draft.tokens.size());
+    if (choice.draft.tokens.empty()) return plain_step(cached, pending, sampler, logits);
+  }
+  const Draft& draft = choice.draft;
+  const int k = int(draft.tokens.size());
+
+  input_.assign(1, pending);
+  input_.insert(input_.end(), draft.tokens.begin(), draft.tokens.end());
+  target_.forward(input_, k + 1, logits);
+  const Verdict v = verify(draft, logits, target_.config().vocab_size, sampler);
+
+  const int keep = 1 + v.accepted;
+  target_.truncate(pos0 + keep);
+  cached.insert(cached.end(), input_.begin(), input_.begin() + keep);
+  std::span<const float> hidden;
+  if (wants_hidden_) hidden = target_.hidden().first(size_t(keep) * size_t(target_.config().hidden_size));
+  feed(pos0, std::span(input_).first(size_t(keep)), hidden);
+
+  Acceptance& a = d.acceptance[draft.bucket];
+  a.hits = kDecay * a.hits + v.accepted;
+  a.trials = kDecay * a.trials + v.accepted + (v.accepted < k ? 1 : 0);
+
+  ++stats_.steps;
+  stats_.drafted += k;
+  stats_.accepted += v.accepted;
+  DrafterCounts& c = stats_.by_drafter[d.drafter->name()];
+  ++c.steps;
+  c.drafted += k;
+  c.accepted += v.accepted;
+
+  SpecStep out{{draft.tokens.begin(), draft.tokens.begin() + v.accepted}, k, v.accepted};
+  out.tokens.push_back(v.next);
+  return out;
+}
+
+nlohmann::json Speculator::report() const {
+  nlohmann::json drafters = nlohmann::json::array();
+  for (const DrafterState& d : drafters_) drafters.push_back(d.drafter->describe());
+  return {{"mode", options_.mode},
+          {"max_draft", options_.max_draft},
+          {"drafters", drafters},
+          {"cost", costs_.to_json()}};
+}
+
+}  // namespace runahead
