@@ -135,6 +135,39 @@ TEST_CASE("combine_rows and sum kernels match a double reference") {
   }
 }
 
+TEST_CASE("softmax and swiglu kernels match a double reference, extremes included") {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> wide(-30.0f, 30.0f);
+  for (const Kernels* kernels : available_kernels()) {
+    for (int64_t n : {1, 7, 16, 33, 300}) {
+      INFO(std::string(kernels->simd) << " n=" << n);
+      std::vector<float> s(static_cast<size_t>(n));
+      for (float& v : s) v = wide(rng);
+      s[0] = -1000.0f;  // underflows to 0 rather than to garbage
+      const std::vector<float> x = s;
+      kernels->softmax(s.data(), n, 0.7f);
+      double max = x[0], sum = 0.0;
+      for (float v : x) max = std::max(max, double(v));
+      for (float v : x) sum += std::exp(0.7 * (v - max));
+      for (int64_t i = 0; i < n; ++i) {
+        const double ref = std::exp(0.7 * (x[i] - max)) / sum;
+        REQUIRE(std::fabs(s[i] - ref) <= 2e-6 * ref + 1e-8);  // probabilities: absolute error matters
+      }
+
+      std::vector<float> gate(static_cast<size_t>(n)), up = random_floats(size_t(n), rng);
+      for (float& v : gate) v = wide(rng);
+      gate[0] = -100.0f;
+      if (n > 1) gate[1] = 100.0f;
+      const std::vector<float> g0 = gate;
+      kernels->swiglu(gate.data(), up.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const double ref = g0[i] / (1.0 + std::exp(-double(g0[i]))) * up[i];
+        REQUIRE(std::fabs(gate[i] - ref) <= 1e-6 * std::fabs(ref) + 1e-30);
+      }
+    }
+  }
+}
+
 TEST_CASE("RUNAHEAD_SIMD picks a table or names the ones available") {
   const auto tables = available_kernels();
   setenv("RUNAHEAD_SIMD", "portable", 1);

@@ -1,6 +1,5 @@
 #include "cpu/attention.h"
 
-#include <algorithm>
 #include <cmath>
 
 namespace runahead {
@@ -28,11 +27,7 @@ void Attention::run(ThreadPool& pool, const Kernels& kernels, KVCache& cache, in
                          len);
       for (int j = 0; j < group; ++j) {
         float* s = scores + size_t(j) * len;
-        const float max = *std::max_element(s, s + len);
-        float sum = 0.0f;
-        for (int p = 0; p < len; ++p) sum += s[p] = std::exp((s[p] - max) * scale);
-        const float inv = 1.0f / sum;
-        for (int p = 0; p < len; ++p) s[p] *= inv;
+        kernels.softmax(s, len, scale);
         kernels.combine_rows(s, cache.v(layer, 0) + g * d, kv_dim, len, d,
                              out + size_t(t) * q_dim + size_t(g * group + j) * d);
       }

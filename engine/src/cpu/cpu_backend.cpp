@@ -130,7 +130,7 @@ class CpuBackend final : public Backend {
       rmsnorm(pool_, x_.data(), sw.mlp_norm.data(), c_.rms_norm_eps, n, H, h_.data());
       const MatmulJob gate_up[] = {{&lw.w_gate, gate_.data()}, {&lw.w_up, up_.data()}};
       matmul(pool_, kernels_, gate_up, h_.data(), n);
-      swiglu(pool_, gate_.data(), up_.data(), int64_t(n) * I);
+      swiglu(pool_, kernels_, gate_.data(), up_.data(), int64_t(n) * I);
       residual(lw.w_down, gate_.data(), n);
     }
     cache_.set_len(pos0 + n);

@@ -25,9 +25,14 @@ class ThreadPool {
   }
 
   // Splits [0, n) into size() contiguous ranges whose bounds are multiples of `align`
-  // (except n) and calls fn(begin, end) for each non-empty one.
+  // (except n) and calls fn(begin, end) for each non-empty one. Work of a single block
+  // (a decode step's norm or rope) runs on the caller: waking a thread costs more.
   template <class F>
   void for_range(int64_t n, int64_t align, F&& fn) {
+    if (n <= align) {
+      if (n > 0) fn(int64_t(0), n);
+      return;
+    }
     run([&](int thread) {
       auto [begin, end] = split(n, align, thread);
       if (begin < end) fn(begin, end);

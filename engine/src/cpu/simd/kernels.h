@@ -20,6 +20,10 @@ using CombineRowsFn = void (*)(const float* a, const float* v, int64_t ldv, int6
                                int64_t d, float* y);
 // sum_i x[i]   for i in [0, n): a read-only sweep as fast as loads go (bandwidth probe).
 using SumFn = float (*)(const float* x, int64_t n);
+// s[i] = exp(scale (s[i] - max s)) / sum_j exp(scale (s[j] - max s))   for s: [n].
+using SoftmaxFn = void (*)(float* s, int64_t n, float scale);
+// gate[i] = gate[i] / (1 + exp(-gate[i])) * up[i]   for i in [0, n)  (SiLU(gate) * up).
+using SwigluFn = void (*)(float* gate, const float* up, int64_t n);
 
 struct Kernels {
   const char* simd;  // "avx512", "avx2", "portable"
@@ -28,6 +32,8 @@ struct Kernels {
   MatmulRowsFn matmul_bf16;
   CombineRowsFn combine_rows;
   SumFn sum;
+  SoftmaxFn softmax;
+  SwigluFn swiglu;
 
   MatmulRowsFn matmul(DType weights) const {
     switch (weights) {

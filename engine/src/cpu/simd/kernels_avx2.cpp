@@ -1,7 +1,7 @@
 // AVX2 + FMA kernels: 8 floats per vector; bf16 widened by a 16-bit shift, f16 by F16C.
 #include <immintrin.h>
 
-#include "cpu/simd/matmul_tile.h"
+#include "cpu/simd/make_kernels.h"
 
 namespace runahead {
 namespace {
@@ -36,6 +36,17 @@ struct Avx2 {
   static void sum4(V a, V b, V c, V d, float* out) {
     const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+  }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V round(V a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integral n in [-126, 127], built in the exponent field.
+  static V pow2(V n) {
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
   }
   static float scalar(float w) { return w; }
   static float scalar(simd::Bf16 w) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(w.bits << 16))); }

@@ -1,7 +1,10 @@
 // Portable kernels (any CPU, e.g. ARM): an 8-float "vector" of plain C++ that the
 // compiler may map to whatever SIMD the target has by default.
+#include <algorithm>
+#include <cmath>
+
 #include "cpu/half.h"
-#include "cpu/simd/matmul_tile.h"
+#include "cpu/simd/make_kernels.h"
 
 namespace runahead {
 namespace {
@@ -43,6 +46,19 @@ struct Portable {
   static void sum4(const V& a, const V& b, const V& c, const V& d, float* out) {
     out[0] = sum(a), out[1] = sum(b), out[2] = sum(c), out[3] = sum(d);
   }
+  template <class Op>
+  static V map(const V& a, const V& b, Op op) {
+    V r;
+    for (int i = 0; i < width; ++i) r.v[i] = op(a.v[i], b.v[i]);
+    return r;
+  }
+  static V add(const V& a, const V& b) { return map(a, b, [](float x, float y) { return x + y; }); }
+  static V mul(const V& a, const V& b) { return map(a, b, [](float x, float y) { return x * y; }); }
+  static V div(const V& a, const V& b) { return map(a, b, [](float x, float y) { return x / y; }); }
+  static V min(const V& a, const V& b) { return map(a, b, [](float x, float y) { return std::min(x, y); }); }
+  static V max(const V& a, const V& b) { return map(a, b, [](float x, float y) { return std::max(x, y); }); }
+  static V round(const V& a) { return map(a, a, [](float x, float) { return std::nearbyint(x); }); }
+  static V pow2(const V& n) { return map(n, n, [](float x, float) { return std::ldexp(1.0f, int(x)); }); }
   static float scalar(float w) { return w; }
   static float scalar(simd::Bf16 w) { return bf16_to_f32(w.bits); }
   static float scalar(simd::F16 w) { return f16_to_f32(w.bits); }

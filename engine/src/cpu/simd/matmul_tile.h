@@ -1,9 +1,7 @@
 #pragma once
-// The register-tiled matmul, row combination and sum shared by every instruction set. An Isa supplies
-// the vector type V (width floats), loads that widen f32/bf16/f16 to f32, fma, sums.
-// Include only from a simd/*.cpp whose Isa struct lives in an anonymous namespace, so
-// that every instantiation has internal linkage and code built with -mavx512f never
-// replaces code meant for a lesser CPU.
+// The register-tiled matmul, row combination and sum shared by every instruction set.
+// An Isa supplies the vector type V (width floats), loads that widen f32/bf16/f16 to
+// f32, fma and horizontal sums. Instantiated only through make_kernels.h.
 #include <algorithm>
 #include <cstdint>
 
@@ -141,12 +139,6 @@ float sum(const float* x, int64_t n) {
   for (const V& a : acc) s += Isa::sum(a);
   for (; i < n; ++i) s += x[i];
   return s;
-}
-
-template <class Isa>
-Kernels make_kernels(const char* name) {
-  return Kernels{name, &matmul_rows<Isa, float>, &matmul_rows<Isa, F16>,
-                 &matmul_rows<Isa, Bf16>, &combine_rows<Isa>, &sum<Isa>};
 }
 
 }  // namespace runahead::simd
