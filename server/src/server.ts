@@ -123,7 +123,7 @@ connection.onRequest('runahead/status', () => status());
 connection.onRequest('runahead/stats', async () => {
   (globalThis as { gc?: () => void }).gc?.();
   const conn = await supervisor.ready(0);
-  return { server: process.memoryUsage(), engine: conn ? await conn.stats().catch(() => null) : null };
+  return { server: process.memoryUsage(), completions: pipeline.counters, engine: conn ? await conn.stats().catch(() => null) : null };
 });
 connection.languages.inlineCompletion.on(async (params, token) => {
   cursorLine.set(params.textDocument.uri, params.position.line);

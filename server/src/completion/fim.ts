@@ -162,7 +162,7 @@ export class FimBuilder {
     let n = this.lineCounts.get(line);
     if (n === undefined) {
       n = this.encoder.encode(`${line}\n`).length;
-      if (this.lineCounts.size > 20_000) this.lineCounts.clear();
+      if (this.lineCounts.size > 4096) this.lineCounts.clear();
       this.lineCounts.set(line, n);
     }
     return n;

@@ -55,7 +55,21 @@ export function completionIsComplete(text: string, ctx: FilterContext): boolean 
   return lines.length > 1 && linesInBlock(lines, currentLinePrefix(ctx)) < lines.length;
 }
 
+/** How requests ended, for runahead/stats (the reliability bench reads them). */
+export interface PipelineCounters {
+  requests: number;
+  skipped: number;
+  fromCache: number;
+  fromPrefetch: number;
+  fromEngine: number;
+  cancelledWaiting: number;
+  cancelledInEngine: number;
+  noEngine: number;
+  failed: number;
+}
+
 export class CompletionPipeline {
+  readonly counters: PipelineCounters = { requests: 0, skipped: 0, fromCache: 0, fromPrefetch: 0, fromEngine: 0, cancelledWaiting: 0, cancelledInEngine: 0, noEngine: 0, failed: 0 };
   readonly cache = new CompletionCache();
   readonly debounce: AdaptiveDebounce;
   private readonly prefetcher = new Prefetcher();
@@ -67,6 +81,7 @@ export class CompletionPipeline {
 
   async complete(params: InlineCompletionParams, token: Cancellable): Promise<InlineCompletionList | null> {
     const started = performance.now();
+    this.counters.requests++;
     const doc = this.deps.document(params.textDocument.uri);
     if (!doc) return null;
     const settings = this.deps.settings();
@@ -86,7 +101,10 @@ export class CompletionPipeline {
       { languageId: doc.languageId, linePrefix: currentLinePrefix(place), lineSuffix: currentLineSuffix(place), triggerKind: params.context.triggerKind },
       settings,
     );
-    if (!decision.complete) return null;
+    if (!decision.complete) {
+      this.counters.skipped++;
+      return null;
+    }
 
     const served = (source: CompletionMetrics['source'], completion: string, debounceMs: number, result?: RequestResult) => {
       this.deps.metrics({
@@ -101,6 +119,7 @@ export class CompletionPipeline {
 
     const hit = this.cache.get(place.uri, place.prefix, place.suffix);
     if (hit) {
+      this.counters.fromCache++;
       served('cache', hit.text, 0);
       return answer(hit.text);
     }
@@ -108,6 +127,7 @@ export class CompletionPipeline {
     if (pending) {
       const completion = await pending;
       if (completion !== undefined && !token.isCancellationRequested) {
+        this.counters.fromPrefetch++;
         served('prefetch', completion, 0);
         this.prefetchAfter(place, completion);
         return answer(completion);
@@ -117,16 +137,27 @@ export class CompletionPipeline {
 
     this.debounce.baseMs = settings.debounceMs;
     const debounceMs = params.context.triggerKind === 1 ? 0 : this.debounce.delay();
-    if (!(await this.debounce.wait(token, debounceMs))) return null;
+    if (!(await this.debounce.wait(token, debounceMs))) {
+      this.counters.cancelledWaiting++;
+      return null;
+    }
 
     const asked = performance.now();
     const job = await this.generate(place, settings, token);
-    if (!job) return null;
-    const result = await job.result;
-    if (!result.ok && result.finish !== 'enough') {
-      if (result.finish !== 'cancelled') this.deps.log('warn', `completion ended without text: ${result.error ?? result.finish}`);
+    if (!job) {
+      this.counters[token.isCancellationRequested ? 'cancelledWaiting' : 'noEngine']++;
       return null;
     }
+    const result = await job.result;
+    if (!result.ok && result.finish !== 'enough') {
+      if (result.finish === 'cancelled') this.counters.cancelledInEngine++;
+      else {
+        this.counters.failed++;
+        this.deps.log('warn', `completion ended without text: ${result.error ?? result.finish}`);
+      }
+      return null;
+    }
+    this.counters.fromEngine++;
     this.debounce.latency(performance.now() - asked);
     const completion = postprocess(result.text, { prefix: place.prefix, suffix: place.suffix, languageId: place.languageId });
     served('engine', completion, debounceMs, result);

@@ -5,6 +5,8 @@ import { readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 
+const WORD_CACHE = 2048;
+
 export class TextTokenizer {
   private readonly tok: Tokenizer;
   private readonly vocab: Map<string, number>;
@@ -12,6 +14,10 @@ export class TextTokenizer {
   constructor(tokenizerJson: object, tokenizerConfig: object) {
     this.tok = new Tokenizer(tokenizerJson, tokenizerConfig);
     this.vocab = this.tok.get_vocab(true);
+    // BPE keeps an LRU of tokenized words (10,000 by default); every keystroke makes a
+    // new partial word, so a smaller bound keeps a long-running server's heap flat.
+    const cache = (this.tok.model as { cache?: { capacity?: number } } | null)?.cache;
+    if (cache && typeof cache.capacity === 'number') cache.capacity = WORD_CACHE;
   }
 
   static fromFolder(dir: string): TextTokenizer {
