@@ -293,6 +293,30 @@ TEST_CASE("prefill then decode, verify and truncate reproduce one long forward")
   }
 }
 
+TEST_CASE("keep_all_hidden and forward_vectors (for MTP heads)") {
+  const std::vector<int32_t> tokens = random_tokens(7, 4);
+  const auto w = tiny_model(DType::F16, true);
+  const Reference ref = reference_forward(*w, tokens);
+  auto backend = backend_for(w);
+  backend->keep_all_hidden(true);
+  std::vector<float> logits;
+  backend->forward(tokens, 1, logits);
+  check_rows(logits, ref.logits, tokens.size() - 1, 1);
+  const auto hidden = backend->hidden();
+  check_rows(std::vector<float>(hidden.begin(), hidden.end()), ref.hidden, 0, tokens.size());
+
+  // The embedding rows as input vectors give the same logits as the token ids.
+  std::vector<float> x;
+  for (int32_t t : tokens)
+    for (int i = 0; i < kHidden; ++i) x.push_back(float(at(w->embed, int64_t(t) * kHidden + i)));
+  backend->truncate(0);
+  backend->keep_all_hidden(false);
+  backend->forward_vectors(x, int(tokens.size()), logits);
+  check_rows(logits, ref.logits, 0, tokens.size());
+  CHECK(backend->hidden().size() == tokens.size() * kHidden);
+  CHECK_THROWS_AS(backend->forward_vectors(std::span<const float>(x).first(kHidden + 1), 1, logits), EngineError);
+}
+
 TEST_CASE("cpu backend refuses what does not fit the context, and bad arguments") {
   auto backend = backend_for(tiny_model(DType::F32, false), 2, 12);
   CHECK(backend->context_length() == 12);

@@ -94,20 +94,44 @@ class CpuBackend final : public Backend {
     cache_.set_len(n);
   }
 
+  void keep_all_hidden(bool all) override { keep_all_hidden_ = all; }
+
   void forward(std::span<const int32_t> tokens, int n_out, std::vector<float>& logits) override {
-    const int n = int(tokens.size());
+    const int n = int(tokens.size()), H = c_.hidden_size;
+    check(n, n_out);
+    for (int32_t t : tokens) {
+      if (t < 0 || t >= c_.vocab_size) {
+        throw EngineError("bad_request", "token id " + std::to_string(t) + " is outside the vocabulary",
+                          {}, "tokens", "ids in [0, " + std::to_string(c_.vocab_size) + ")");
+      }
+    }
+    x_.resize(size_t(n) * H);
+    for (int t = 0; t < n; ++t) widen(w_->embed, int64_t(tokens[t]) * H, H, &x_[size_t(t) * H]);
+    run(n, n_out, logits);
+  }
+
+  void forward_vectors(std::span<const float> x, int n_out, std::vector<float>& logits) override {
+    const size_t H = size_t(c_.hidden_size);
+    if (x.size() % H != 0) {
+      throw EngineError("bad_request", "input vectors of " + std::to_string(x.size()) + " floats",
+                        {}, "x", "a multiple of hidden_size = " + std::to_string(H));
+    }
+    check(int(x.size() / H), n_out);
+    x_.assign(x.begin(), x.end());
+    run(int(x.size() / H), n_out, logits);
+  }
+
+ private:
+  // The decoder over the n input vectors in x_ at positions [kv_len, kv_len + n).
+  void run(int n, int n_out, std::vector<float>& logits) {
     const int pos0 = cache_.len();
-    check(tokens, n_out);
     const int H = c_.hidden_size, I = c_.intermediate_size, V = c_.vocab_size;
     const int q_dim = c_.num_heads * c_.head_dim;
-    x_.resize(size_t(n) * H);
     h_.resize(size_t(n) * H);
     q_.resize(size_t(n) * q_dim);
     att_.resize(size_t(n) * q_dim);
     gate_.resize(size_t(n) * I);
     up_.resize(size_t(n) * I);
-
-    for (int t = 0; t < n; ++t) widen(w_->embed, int64_t(tokens[t]) * H, H, &x_[size_t(t) * H]);
 
     for (int l = 0; l < c_.num_layers; ++l) {
       const LayerWeights& lw = w_->layers[l];
@@ -135,17 +159,16 @@ class CpuBackend final : public Backend {
     }
     cache_.set_len(pos0 + n);
 
-    const float* last = x_.data() + size_t(n - n_out) * H;
-    hidden_.assign(last, last + size_t(n_out) * H);
+    const float* const last = x_.data() + size_t(n - n_out) * H;
+    const float* const end = x_.data() + x_.size();
+    hidden_.assign(keep_all_hidden_ ? static_cast<const float*>(x_.data()) : last, end);
     rmsnorm(pool_, last, final_norm_.data(), c_.rms_norm_eps, n_out, H, h_.data());
     logits.resize(size_t(n_out) * V);
     const MatmulJob head[] = {{&w_->lm_head, logits.data()}};
     matmul(pool_, kernels_, head, h_.data(), n_out);
   }
 
- private:
-  void check(std::span<const int32_t> tokens, int n_out) const {
-    const int n = int(tokens.size());
+  void check(int n, int n_out) const {
     if (n == 0 || n_out < 1 || n_out > n) {
       throw EngineError("bad_request",
                         "forward of " + std::to_string(n) + " tokens asking for " +
@@ -158,12 +181,6 @@ class CpuBackend final : public Backend {
                             std::to_string(n) + " new tokens exceed the context of " +
                             std::to_string(capacity_),
                         {}, "tokens", "at most " + std::to_string(capacity_ - cache_.len()) + " tokens");
-    }
-    for (int32_t t : tokens) {
-      if (t < 0 || t >= c_.vocab_size) {
-        throw EngineError("bad_request", "token id " + std::to_string(t) + " is outside the vocabulary",
-                          {}, "tokens", "ids in [0, " + std::to_string(c_.vocab_size) + ")");
-      }
     }
   }
 
@@ -187,6 +204,7 @@ class CpuBackend final : public Backend {
   std::vector<SmallLayerWeights> small_;
   // Activations of the current forward, [n, width].
   std::vector<float> x_, h_, q_, att_, gate_, up_, hidden_;
+  bool keep_all_hidden_ = false;
 };
 
 }  // namespace

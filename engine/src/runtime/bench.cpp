@@ -157,6 +157,12 @@ void print_report(const nlohmann::json& r) {
 }  // namespace
 
 int run_bench(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+  }
   BenchArgs args;
   try {
     args = parse_args(argc, argv);
