@@ -133,8 +133,8 @@ export class Workbench {
 
   /**
    * Waits for ghost text in the active editor; returns { inline, block }:
-   * inline — the part shown after the cursor on its line (.ghost-text-decoration),
-   * block — further lines (.ghost-text), both with nbsp turned back into spaces.
+   * inline — shown after the cursor on its line (.ghost-text-decoration spans),
+   * block — the further lines, a view zone (.suggest-preview-text), joined by \n.
    */
   async waitForGhostText(timeoutMs) {
     const handle = await this.page.waitForFunction(
@@ -142,8 +142,11 @@ export class Workbench {
         const editor = document.querySelector('.editor-group-container.active .monaco-editor');
         if (!editor) return false;
         const inline = [...editor.querySelectorAll('.ghost-text-decoration')].map((e) => e.textContent).join('');
-        const block = [...editor.querySelectorAll('.ghost-text:not(.ghost-text-decoration)')]
-          .map((e) => [...e.querySelectorAll('.view-line')].map((l) => l.textContent).join('\n') || e.textContent).join('\n');
+        const block = [...editor.querySelectorAll('.suggest-preview-text')]
+          .flatMap((zone) => [...zone.querySelectorAll('.view-line')])
+          .sort((a, b) => parseFloat(a.style.top) - parseFloat(b.style.top))
+          .map((l) => l.textContent)
+          .join('\n');
         return inline.trim() || block.trim() ? { inline, block } : false;
       },
       undefined,
