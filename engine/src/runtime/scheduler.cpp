@@ -168,6 +168,13 @@ std::pair<int, double> Speculator::best_depth(double alpha, double draft_ratio, 
 
 Speculator::Choice Speculator::choose(std::span<const int32_t> context, int k_max, Sampler& sampler) {
   Choice best;
+  if (!options_.adaptive) {
+    for (size_t i = 0; i < drafters_.size(); ++i) {
+      Draft draft = drafters_[i].drafter->propose(context, k_max, sampler);
+      if (!draft.tokens.empty()) return {int(i), int(draft.tokens.size()), 0.0, std::move(draft)};
+    }
+    return best;
+  }
   const double step_ms = costs_.ms.empty() ? 0.0 : costs_.ms[0];
   for (size_t i = 0; i < drafters_.size(); ++i) {
     DrafterState& d = drafters_[i];

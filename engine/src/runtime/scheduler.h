@@ -24,6 +24,7 @@ struct SpeculationOptions {
   std::string mode = "auto";  // off | auto | lookup | mtp | draft
   int max_draft = 8;          // most tokens drafted in one step (k)
   std::string draft_model;    // a model folder; empty: <model>/draft when present
+  bool adaptive = true;       // false: always draft max_draft with the first drafter that can (tests)
 };
 
 // Time of one target forward of width w (w = 1..max_draft+1) as measured at load.
