@@ -1,0 +1,243 @@
+#pragma once
+// Device helpers every op file shares: weight chunks of each dtype, the warp dot product
+// that streams weight rows at full bandwidth, reductions, and programmatic dependent launch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "cuda/check.h"
+#include "cuda/kernels.h"
+#include "model/tensor.h"
+
+namespace runahead::cuda {
+
+constexpr int kWarp = 32;
+
+// Programmatic dependent launch: a kernel may start while the previous one drains. Before
+// pdl_wait() it may only read weights; pdl_wait() returns once the previous grid is done
+// and its writes are visible. pdl_trigger() lets the next kernel start launching.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Pulls [p, p + bytes) towards L2 without waiting, one 128-byte line per lane and step.
+__device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes, int lane) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t off = size_t(lane) * 128; off < bytes; off += 128 * kWarp)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
+}
+
+// 16 bytes of weights, read once: skip L1 so the activations stay there.
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// A 16-byte chunk of a weight row of type W holds kElems values.
+template <class W> struct Chunk;
+template <> struct Chunk<__nv_bfloat16> {
+  static constexpr int kElems = 8;
+  __device__ static void unpack(uint4 v, float (&f)[8]) {
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[2 * i] = __uint_as_float(u[i] << 16);
+      f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+  }
+};
+template <> struct Chunk<__half> {
+  static constexpr int kElems = 8;
+  __device__ static void unpack(uint4 v, float (&f)[8]) {
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
+      f[2 * i] = p.x;
+      f[2 * i + 1] = p.y;
+    }
+  }
+};
+template <> struct Chunk<float> {
+  static constexpr int kElems = 4;
+  __device__ static void unpack(uint4 v, float (&f)[4]) {
+    f[0] = __uint_as_float(v.x);
+    f[1] = __uint_as_float(v.y);
+    f[2] = __uint_as_float(v.z);
+    f[3] = __uint_as_float(v.w);
+  }
+};
+
+template <class W> __device__ __forceinline__ float to_float(W v);
+template <> __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_float(float v) { return v; }
+
+// Calls f with a null pointer of the C++ type that `dtype` names.
+template <class F> void with_weight_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::BF16: f(static_cast<const __nv_bfloat16*>(nullptr)); break;
+    case DType::F16: f(static_cast<const __half*>(nullptr)); break;
+    case DType::F32: f(static_cast<const float*>(nullptr)); break;
+  }
+}
+
+// The element type with_weight_type passed, as a type.
+template <class P> using WeightOf = std::remove_cv_t<std::remove_pointer_t<P>>;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// acc[r][t] = sum_k w[r][k] * x[t * ldx + k] * (g ? g[k] : 1)   for r < R, t < n <= NT,
+// k < K (a multiple of the chunk width). Each lane streams 16-byte weight chunks, U of
+// them per row in flight; the result is summed across the warp and valid in every lane.
+template <class W, int R, int NT>
+__device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int K, const float* x, int ldx,
+                                              int n, const float* g, float (&acc)[R][NT]) {
+  constexpr int E = Chunk<W>::kElems;
+  constexpr int U = R == 1 ? 8 : 4;
+  const int lane = threadIdx.x % kWarp;
+  const int chunks = K / E;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+  for (int c0 = lane; c0 < chunks; c0 += kWarp * U) {
+    uint4 wv[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        wv[u][r] = c0 + kWarp * u < chunks ? load_stream(w[r] + size_t(c0 + kWarp * u) * E) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + kWarp * u;
+      if (c >= chunks) break;
+      float gv[E];
+#pragma unroll
+      for (int e = 0; e < E; ++e) gv[e] = 1.0f;
+      if (g) {
+#pragma unroll
+        for (int e = 0; e < E; e += 4) {
+          const float4 v = __ldg(reinterpret_cast<const float4*>(g + c * E + e));
+          gv[e] = v.x, gv[e + 1] = v.y, gv[e + 2] = v.z, gv[e + 3] = v.w;
+        }
+      }
+      float wf[R][E];
+#pragma unroll
+      for (int r = 0; r < R; ++r) Chunk<W>::unpack(wv[u][r], wf[r]);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t >= n) break;
+        float xv[E];
+#pragma unroll
+        for (int e = 0; e < E; e += 4) {
+          const float4 v = __ldg(reinterpret_cast<const float4*>(x + size_t(t) * ldx + c * E + e));
+          xv[e] = v.x * gv[e], xv[e + 1] = v.y * gv[e + 1], xv[e + 2] = v.z * gv[e + 2], xv[e + 3] = v.w * gv[e + 3];
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[r][t] = fmaf(wf[r][e], xv[e], acc[r][t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = warp_sum(acc[r][t]);
+}
+
+// inv[t] = 1 / sqrt(mean(x[t, :]^2) + eps) for t < n <= NT, x: [n, H]; every thread of the
+// block calls it; `scratch` holds NT * (blockDim.x / 32) floats; the result is in `inv`.
+template <int NT>
+__device__ __forceinline__ void block_inv_rms(const float* x, int H, int n, float eps, float* scratch,
+                                              float* inv) {
+  float s[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    s[t] = 0.0f;
+    if (t < n)
+      for (int i = threadIdx.x; i < H; i += blockDim.x) {
+        const float v = x[size_t(t) * H + i];
+        s[t] = fmaf(v, v, s[t]);
+      }
+  }
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    s[t] = warp_sum(s[t]);
+    if (lane == 0) scratch[t * warps + warp] = s[t];
+  }
+  __syncthreads();
+  if (threadIdx.x < NT) {
+    float total = 0.0f;
+    for (int w = 0; w < warps; ++w) total += scratch[threadIdx.x * warps + w];
+    inv[threadIdx.x] = rsqrtf(total / float(H) + eps);
+  }
+  __syncthreads();
+}
+
+// Kernels launched through here may overlap their prologue with the previous kernel.
+template <class... KArgs, class... Args>
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), "cudaLaunchKernelEx");
+}
+
+// The end of a step, by one thread once tokens[t < n] are known (see StepEnd).
+__device__ __forceinline__ void finish_step(const StepEnd& end, const int32_t* tokens, int n) {
+  const int p0 = end.pos ? *end.pos : 0;
+  for (int t = 0; t < n; ++t) {
+    if (end.out) end.out[t] = tokens[t];
+    if (end.host) end.host[p0 + end.advance - n + t + 1] = tokens[t];
+  }
+  if (end.next) end.next[0] = tokens[n - 1];
+  if (end.pos) *end.pos = p0 + end.advance;
+}
+
+// Blocks for a grid-stride kernel: enough to cover `units` (warps_per_block each), at
+// most `per_sm` per multiprocessor, so the whole grid is resident in one wave.
+template <class Kernel>
+int resident_blocks(Kernel kernel, int threads, size_t smem, int units, int warps_per_block, int sms) {
+  int per_sm = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  if (per_sm < 1) per_sm = 1;
+  const int needed = (units + warps_per_block - 1) / warps_per_block;
+  return needed < sms * per_sm ? (needed > 0 ? needed : 1) : sms * per_sm;
+}
+
+}  // namespace runahead::cuda

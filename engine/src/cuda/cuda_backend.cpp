@@ -1,0 +1,606 @@
+// The CUDA backend: weights uploaded once, an f32 KV cache, and a forward that is either
+// the matrix-vector path (up to 8 tokens per pass over the weights, replayed as a CUDA
+// graph) or, for long bf16 prompts, the tensor-core prefill path.
+#include "cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "cpu/half.h"
+#include "cuda/device_memory.h"
+#include "cuda/kernels.h"
+#include "model/error.h"
+
+namespace runahead {
+
+bool cuda_available() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+namespace {
+
+using namespace cuda;
+
+// Prompts at least this long take the tensor-core path (bf16 activations); shorter ones
+// and every decode/verify step keep f32 activations.
+constexpr int kTensorCoreMinTokens = 64;
+constexpr int kPrefillChunk = 2048;
+
+DeviceBuffer upload(const void* data, size_t bytes) {
+  DeviceBuffer b(bytes);
+  check_cuda(cudaMemcpy(b.get(), data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+  return b;
+}
+
+// Matrices stacked by rows into one buffer, in their own dtype.
+DeviceBuffer upload_rows(std::initializer_list<const Tensor*> parts) {
+  size_t bytes = 0;
+  for (const Tensor* t : parts) bytes += t->nbytes();
+  DeviceBuffer b(bytes);
+  size_t offset = 0;
+  for (const Tensor* t : parts) {
+    check_cuda(cudaMemcpy(b.get<char>() + offset, t->data, t->nbytes(), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+    offset += t->nbytes();
+  }
+  return b;
+}
+
+float element(const Tensor& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::F32: return static_cast<const float*>(t.data)[i];
+    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
+    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
+  }
+  return 0.0f;
+}
+
+// Small tensors (norms, biases) widened to f32 and stacked; empty tensors give no buffer.
+DeviceBuffer upload_f32(std::initializer_list<const Tensor*> parts) {
+  std::vector<float> values;
+  for (const Tensor* t : parts)
+    for (int64_t i = 0; i < t->numel(); ++i) values.push_back(element(*t, i));
+  return values.empty() ? DeviceBuffer() : upload(values.data(), values.size() * sizeof(float));
+}
+
+struct DeviceLayer {
+  DeviceBuffer wqkv, bqkv, wo, w_gate_up, w_down, attn_norm, mlp_norm;
+};
+
+enum class StepMode { Logits, Greedy, Sample };
+
+class CudaBackendImpl final : public CudaBackend {
+ public:
+  CudaBackendImpl(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options)
+      : w_(std::move(weights)), c_(w_->config) {
+    if (!cuda_available()) throw EngineError("cuda_error", "no CUDA device is available");
+    check_cuda(cudaSetDevice(0), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    device_name_ = prop.name;
+    sms_ = prop.multiProcessorCount;
+    validate();
+    capacity_ = options.context_length > 0
+                    ? options.context_length
+                    : std::min(c_.max_position_embeddings > 0 ? c_.max_position_embeddings : 4096, 4096);
+    prefill_rows_ = std::min(kPrefillChunk, capacity_);
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    for (cudaEvent_t& e : events_) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    upload_weights();
+    allocate();
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (load)");
+  }
+
+  ~CudaBackendImpl() override {
+    cudaStreamSynchronize(stream_);
+    graphs_.clear();
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  const ModelConfig& config() const override { return c_; }
+  int context_length() const override { return capacity_; }
+  int kv_len() const override { return kv_len_; }
+  std::span<const float> hidden() const override { return hidden_; }
+
+  nlohmann::json describe() const override {
+    const bool tensor_cores = w_->dtype == DType::BF16;
+    return {{"backend", "cuda"},
+            {"device", device_name_},
+            {"multiprocessors", sms_},
+            {"optimizations",
+             {{"weights", dtype_name(w_->dtype)},
+              {"activations", "f32"},
+              {"kv_cache", "f32"},
+              {"decode_step_cuda_graph", true},
+              {"programmatic_dependent_launch", true},
+              {"device_argmax_and_sampling", true},
+              {"fused_rmsnorm_qkv_rope_kv_append", true},
+              {"fused_rmsnorm_gate_up_swiglu", true},
+              {"split_k_decode_attention", attention_.splits},
+              {"tensor_core_prefill", tensor_cores},
+              {"tensor_core_prefill_min_tokens", kTensorCoreMinTokens}}}};
+  }
+
+  void truncate(int n) override {
+    if (n < 0 || n > kv_len_)
+      throw EngineError("bad_request",
+                        "truncate(" + std::to_string(n) + ") with " + std::to_string(kv_len_) +
+                            " positions in the KV cache",
+                        {}, "n", "0 <= n <= kv_len");
+    set_position(n);
+  }
+
+  void forward(std::span<const int32_t> tokens, int n_out, std::vector<float>& logits) override {
+    const int n = int(tokens.size());
+    check(tokens, n_out);
+    const int V = c_.vocab_size, H = c_.hidden_size;
+    ensure_host_rows(n, n_out);
+    std::memcpy(host_in_.host(), tokens.data(), size_t(n) * sizeof(int32_t));
+    const bool tensor_cores = n >= kTensorCoreMinTokens && w_->dtype == DType::BF16;
+    const int out_first = n - n_out;
+    for (int done = 0; done < n;) {
+      const int chunk = std::min(n - done, tensor_cores ? prefill_rows_ : kMaxVecTokens);
+      const int rows_out = std::max(0, done + chunk - std::max(out_first, done));
+      check_cuda(cudaMemcpyAsync(tokens_d_.get(), host_in_.host<int32_t>() + done, size_t(chunk) * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_),
+                 "cudaMemcpyAsync (tokens)");
+      if (!tensor_cores) {
+        launch_graph(graph_for(StepMode::Logits, chunk, rows_out));
+      } else {
+        enqueue_prefill_layers(chunk);
+        if (rows_out == 0) advance_position(pos_d_.get<int>(), chunk, stream_);
+      }
+      // Output rows leave in groups of at most kMaxVecTokens through logits_d_.
+      for (int g = 0; g < rows_out; g += kMaxVecTokens) {
+        const int rows = std::min(kMaxVecTokens, rows_out - g);
+        const int local = chunk - rows_out + g;  // row within the chunk
+        if (tensor_cores) {
+          StepEnd end;
+          if (g + rows == rows_out) end.pos = pos_d_.get<int>(), end.advance = chunk;
+          enqueue_head(local, rows, end);
+        }
+        const size_t out_row = size_t(done + local - out_first);
+        check_cuda(cudaMemcpyAsync(host_logits_.host<float>() + out_row * V, logits_d_.get(), size_t(rows) * V * 4,
+                                   cudaMemcpyDeviceToHost, stream_),
+                   "cudaMemcpyAsync (logits)");
+        check_cuda(cudaMemcpyAsync(host_hidden_.host<float>() + out_row * H, x_.get<float>() + size_t(local) * H,
+                                   size_t(rows) * H * 4, cudaMemcpyDeviceToHost, stream_),
+                   "cudaMemcpyAsync (hidden)");
+      }
+      done += chunk;
+    }
+    check_cuda(cudaStreamSynchronize(stream_), "forward");
+    kv_len_ += n;
+    logits.assign(host_logits_.host<float>(), host_logits_.host<float>() + size_t(n_out) * V);
+    hidden_.assign(host_hidden_.host<float>(), host_hidden_.host<float>() + size_t(n_out) * H);
+  }
+
+  int decode(int32_t first, int max_tokens, const SamplingParams& sampling,
+             const std::function<bool(int32_t)>& on_token) override {
+    if (first < 0 || first >= c_.vocab_size)
+      throw EngineError("bad_request", "token id " + std::to_string(first) + " is outside the vocabulary", {},
+                        "tokens", "ids in [0, " + std::to_string(c_.vocab_size) + ")");
+    max_tokens = std::min(max_tokens, capacity_ - kv_len_);
+    if (max_tokens <= 0) return 0;
+    const StepMode mode = sampling.greedy() ? StepMode::Greedy : StepMode::Sample;
+    if (mode == StepMode::Sample) {
+      SamplingState s{sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed, 0};
+      check_cuda(cudaMemcpy(sampling_d_.get(), &s, sizeof(s), cudaMemcpyHostToDevice), "cudaMemcpy (sampling)");
+    }
+    check_cuda(cudaMemcpy(tokens_d_.get(), &first, sizeof(first), cudaMemcpyHostToDevice), "cudaMemcpy (token)");
+    const cudaGraphExec_t step = graph_for(mode, 1, 1);
+    const int start = kv_len_;
+    volatile int32_t* produced = host_tokens_.host<int32_t>();  // [p + 1]: the token after position p
+    int launched = 0, emitted = 0;
+    auto launch = [&] {
+      launch_graph(step);
+      check_cuda(cudaEventRecord(events_[launched % 2], stream_), "cudaEventRecord");
+      ++launched;
+    };
+    launch();
+    while (emitted < launched) {
+      if (launched < max_tokens) launch();  // the next step is queued before this one is read
+      check_cuda(cudaEventSynchronize(events_[emitted % 2]), "decode step");
+      const int32_t token = produced[start + emitted + 1];
+      ++emitted;
+      if (!on_token(token)) break;
+    }
+    check_cuda(cudaStreamSynchronize(stream_), "decode");
+    kv_len_ = start + launched;
+    set_position(start + emitted);
+    return emitted;
+  }
+
+  double time_decode_steps(int steps) override {
+    steps = std::min(steps, capacity_ - kv_len_);
+    if (steps <= 0) return 0.0;
+    const cudaGraphExec_t step = graph_for(StepMode::Greedy, 1, 1);
+    launch_graph(step);  // warm: the first replay uploads the graph
+    check_cuda(cudaStreamSynchronize(stream_), "decode warm-up");
+    set_position(kv_len_);
+    steps = std::min(steps, capacity_ - kv_len_);
+    cudaEvent_t begin, end;
+    check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&end), "cudaEventCreate");
+    check_cuda(cudaEventRecord(begin, stream_), "cudaEventRecord");
+    for (int i = 0; i < steps; ++i) launch_graph(step);
+    check_cuda(cudaEventRecord(end, stream_), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(end), "decode steps");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+    kv_len_ += steps;
+    return ms / steps;
+  }
+
+  nlohmann::json profile_decode_ops(int reps) override {
+    const size_t es = dtype_size(w_->dtype);
+    const int L = c_.num_layers, H = c_.hidden_size, I = c_.intermediate_size;
+    const int qd = c_.num_heads * c_.head_dim, kvd = c_.num_kv_heads * c_.head_dim;
+    struct Family {
+      const char* name;
+      std::function<void()> enqueue;
+      double bytes;
+    };
+    const std::vector<Family> families = {
+        {"embedding_lookup", [&] { enqueue_embedding(1); }, double(H) * es},
+        {"rmsnorm_qkv_rope_append", [&] { for (int l = 0; l < L; ++l) enqueue_qkv(l, 1); },
+         double(L) * (qd + 2 * kvd) * H * es},
+        {"attention_decode", [&] { for (int l = 0; l < L; ++l) enqueue_attention(l, 1); },
+         double(L) * 2 * kv_len_ * kvd * 4},
+        {"matvec_residual_add (o_proj)", [&] { for (int l = 0; l < L; ++l) enqueue_o_proj(l, 1); },
+         double(L) * H * qd * es},
+        {"rmsnorm_gate_up_swiglu", [&] { for (int l = 0; l < L; ++l) enqueue_gate_up(l, 1); },
+         double(L) * 2 * I * H * es},
+        {"matvec_residual_add (down)", [&] { for (int l = 0; l < L; ++l) enqueue_down(l, 1); },
+         double(L) * H * I * es},
+        {"rmsnorm_lm_head_argmax", [&] { enqueue_head(0, 1, StepEnd{}); }, double(c_.vocab_size) * H * es},
+    };
+    nlohmann::json out = nlohmann::json::array();
+    for (const Family& f : families) {
+      GraphExec g = capture(f.enqueue);
+      const double ms = time_graph(g.get(), reps);
+      out.push_back({{"op", f.name},
+                     {"launches", f.name == std::string("embedding_lookup") ||
+                                          f.name == std::string("rmsnorm_lm_head_argmax")
+                                      ? 1
+                                      : L},
+                     {"us_per_step", ms * 1000.0},
+                     {"bytes_per_step", f.bytes},
+                     {"gb_per_s", f.bytes / (ms * 1e-3) / 1e9}});
+    }
+    check_cuda(cudaStreamSynchronize(stream_), "profile");
+    return out;
+  }
+
+ private:
+  void validate() const {
+    const int hd = c_.head_dim, E = w_->dtype == DType::F32 ? 4 : 8;
+    auto need = [&](bool ok, const std::string& what) {
+      if (!ok) throw EngineError("unsupported", "the CUDA kernels need " + what, w_->source, "config.json");
+    };
+    need(hd % 2 == 0, "an even head_dim");
+    need(c_.num_heads % c_.num_kv_heads == 0, "num_heads divisible by num_key_value_heads");
+    need(c_.hidden_size % E == 0 && c_.intermediate_size % E == 0 && (c_.num_heads * hd) % E == 0,
+         "hidden, intermediate and attention widths divisible by " + std::to_string(E));
+    need(c_.hidden_size % 2 == 0 && c_.vocab_size % 2 == 0, "even hidden and vocabulary sizes");
+  }
+
+  void upload_weights() {
+    const auto& W = *w_;
+    embed_ = upload(W.embed.data, W.embed.nbytes());
+    if (!c_.tie_word_embeddings) lm_head_ = upload(W.lm_head.data, W.lm_head.nbytes());
+    final_norm_ = upload_f32({&W.final_norm});
+    for (const LayerWeights& l : W.layers) {
+      DeviceLayer d;
+      d.wqkv = upload_rows({&l.wq, &l.wk, &l.wv});
+      if (!l.bq.empty()) d.bqkv = upload_f32({&l.bq, &l.bk, &l.bv});
+      d.wo = upload(l.wo.data, l.wo.nbytes());
+      d.w_gate_up = upload_rows({&l.w_gate, &l.w_up});
+      d.w_down = upload(l.w_down.data, l.w_down.nbytes());
+      d.attn_norm = upload_f32({&l.attn_norm});
+      d.mlp_norm = upload_f32({&l.mlp_norm});
+      layers_.push_back(std::move(d));
+    }
+  }
+
+  void allocate() {
+    const int H = c_.hidden_size, I = c_.intermediate_size, V = c_.vocab_size, L = c_.num_layers;
+    const int hd = c_.head_dim, qd = c_.num_heads * hd, kvd = c_.num_kv_heads * hd;
+    const int qkv_rows = qd + 2 * kvd, rows = prefill_rows_;
+    // The RoPE angles are rounded to f32 as transformers rounds them (as the CPU backend does).
+    std::vector<float> cos_table(size_t(capacity_) * hd / 2), sin_table(cos_table.size());
+    for (int i = 0; i < hd / 2; ++i) {
+      const float inv_freq = 1.0f / std::pow(c_.rope_theta, float(2 * i) / float(hd));
+      for (int p = 0; p < capacity_; ++p) {
+        const float angle = float(p) * inv_freq;
+        cos_table[size_t(p) * hd / 2 + i] = float(std::cos(double(angle)));
+        sin_table[size_t(p) * hd / 2 + i] = float(std::sin(double(angle)));
+      }
+    }
+    rope_cos_ = upload(cos_table.data(), cos_table.size() * 4);
+    rope_sin_ = upload(sin_table.data(), sin_table.size() * 4);
+    k_cache_ = DeviceBuffer(size_t(L) * capacity_ * kvd * 4);
+    v_cache_ = DeviceBuffer(size_t(L) * capacity_ * kvd * 4);
+    // Never-written cache rows are never read, but keep them finite for the memory checker.
+    check_cuda(cudaMemset(k_cache_.get(), 0, k_cache_.bytes()), "cudaMemset");
+    check_cuda(cudaMemset(v_cache_.get(), 0, v_cache_.bytes()), "cudaMemset");
+
+    pos_d_ = DeviceBuffer(sizeof(int));
+    check_cuda(cudaMemset(pos_d_.get(), 0, sizeof(int)), "cudaMemset");
+    tokens_d_ = DeviceBuffer(size_t(rows) * sizeof(int32_t));
+    x_ = DeviceBuffer(size_t(rows) * H * 4);
+    q_ = DeviceBuffer(size_t(rows) * qd * 4);
+    att_ = DeviceBuffer(size_t(rows) * qd * 4);
+    act_ = DeviceBuffer(size_t(kMaxVecTokens) * I * 4);
+    logits_d_ = DeviceBuffer(size_t(kMaxVecTokens) * V * 4);
+    head_partial_ = DeviceBuffer(size_t(2) * kMaxVecTokens * lm_head_blocks(V, sms_) * 4);
+    head_counter_ = DeviceBuffer(sizeof(int));
+    check_cuda(cudaMemset(head_counter_.get(), 0, sizeof(int)), "cudaMemset");
+    attention_.heads = c_.num_heads;
+    attention_.kv_heads = c_.num_kv_heads;
+    attention_.head_dim = hd;
+    attention_.capacity = capacity_;
+    attention_.splits = attention_splits(c_.num_heads, sms_);
+    attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
+    attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
+    check_cuda(cudaMemset(attention_counters_.get(), 0, attention_counters_.bytes()), "cudaMemset");
+    attention_.partial = attention_partial_.get<float>();
+    attention_.counters = attention_counters_.get<int>();
+    sampling_d_ = DeviceBuffer(sizeof(SamplingState));
+    host_tokens_ = PinnedBuffer(size_t(capacity_ + 2) * sizeof(int32_t));
+    if (w_->dtype == DType::BF16) {
+      const int widest = std::max({H, qd, I});
+      h_bf16_ = DeviceBuffer(size_t(rows) * widest * 2);
+      qkv_ = DeviceBuffer(size_t(rows) * qkv_rows * 4);
+      gate_up_ = DeviceBuffer(size_t(rows) * 2 * I * 4);
+    }
+  }
+
+  // Pinned staging for a forward of n tokens with n_out logit rows.
+  void ensure_host_rows(int n, int n_out) {
+    if (n > host_in_rows_) {
+      host_in_ = PinnedBuffer(size_t(n) * sizeof(int32_t));
+      host_in_rows_ = n;
+    }
+    if (n_out > host_out_rows_) {
+      host_logits_ = PinnedBuffer(size_t(n_out) * c_.vocab_size * 4);
+      host_hidden_ = PinnedBuffer(size_t(n_out) * c_.hidden_size * 4);
+      host_out_rows_ = n_out;
+    }
+  }
+
+  void check(std::span<const int32_t> tokens, int n_out) const {
+    const int n = int(tokens.size());
+    if (n == 0 || n_out < 1 || n_out > n)
+      throw EngineError("bad_request",
+                        "forward of " + std::to_string(n) + " tokens asking for " + std::to_string(n_out) +
+                            " logit rows",
+                        {}, "n_out", "1 <= n_out <= number of tokens");
+    if (kv_len_ + n > capacity_)
+      throw EngineError("context_overflow",
+                        std::to_string(kv_len_) + " positions in the KV cache + " + std::to_string(n) +
+                            " new tokens exceed the context of " + std::to_string(capacity_),
+                        {}, "tokens", "at most " + std::to_string(capacity_ - kv_len_) + " tokens");
+    for (int32_t t : tokens)
+      if (t < 0 || t >= c_.vocab_size)
+        throw EngineError("bad_request", "token id " + std::to_string(t) + " is outside the vocabulary", {},
+                          "tokens", "ids in [0, " + std::to_string(c_.vocab_size) + ")");
+  }
+
+  void set_position(int n) {
+    check_cuda(cudaStreamSynchronize(stream_), "set_position");
+    check_cuda(cudaMemcpy(pos_d_.get(), &n, sizeof(n), cudaMemcpyHostToDevice), "cudaMemcpy (position)");
+    kv_len_ = n;
+  }
+
+  // --- the ops of one step, in order -------------------------------------------------
+
+  const void* lm_head_weights() const { return c_.tie_word_embeddings ? embed_.get() : lm_head_.get(); }
+
+  QkvRope qkv_args(int l) const {
+    const DeviceLayer& d = layers_[l];
+    const size_t kvd = size_t(c_.num_kv_heads) * c_.head_dim;
+    QkvRope a;
+    a.w = d.wqkv.get();
+    a.dtype = w_->dtype;
+    a.bias = d.bqkv.get<float>();
+    a.norm = d.attn_norm.get<float>();
+    a.eps = c_.rms_norm_eps;
+    a.rope_cos = rope_cos_.get<float>();
+    a.rope_sin = rope_sin_.get<float>();
+    a.hidden = c_.hidden_size;
+    a.heads = c_.num_heads;
+    a.kv_heads = c_.num_kv_heads;
+    a.head_dim = c_.head_dim;
+    a.k_cache = k_cache_.get<float>() + size_t(l) * capacity_ * kvd;
+    a.v_cache = v_cache_.get<float>() + size_t(l) * capacity_ * kvd;
+    return a;
+  }
+
+  DecodeAttention attention_args(int l) const {
+    DecodeAttention a = attention_;
+    const size_t kvd = size_t(c_.num_kv_heads) * c_.head_dim;
+    a.k_cache = k_cache_.get<float>() + size_t(l) * capacity_ * kvd;
+    a.v_cache = v_cache_.get<float>() + size_t(l) * capacity_ * kvd;
+    return a;
+  }
+
+  void enqueue_embedding(int n) {
+    embedding_lookup(embed_.get(), w_->dtype, c_.hidden_size, tokens_d_.get<int32_t>(), n, x_.get<float>(), stream_);
+  }
+  void enqueue_qkv(int l, int n) {
+    rmsnorm_qkv_rope_append(qkv_args(l), x_.get<float>(), n, pos_d_.get<int>(), q_.get<float>(), sms_, stream_);
+  }
+  void enqueue_attention(int l, int n) {
+    attention_decode(attention_args(l), q_.get<float>(), n, pos_d_.get<int>(), att_.get<float>(), stream_);
+  }
+  void enqueue_o_proj(int l, int n) {
+    matvec_residual_add(layers_[l].wo.get(), w_->dtype, c_.hidden_size, c_.num_heads * c_.head_dim,
+                        att_.get<float>(), n, x_.get<float>(), sms_, stream_);
+  }
+  void enqueue_gate_up(int l, int n) {
+    const DeviceLayer& d = layers_[l];
+    const size_t half = size_t(c_.intermediate_size) * c_.hidden_size * dtype_size(w_->dtype);
+    rmsnorm_gate_up_swiglu(d.w_gate_up.get(), d.w_gate_up.get<char>() + half, w_->dtype, d.mlp_norm.get<float>(),
+                           c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
+                           act_.get<float>(), sms_, stream_);
+  }
+  void enqueue_down(int l, int n) {
+    matvec_residual_add(layers_[l].w_down.get(), w_->dtype, c_.hidden_size, c_.intermediate_size,
+                        act_.get<float>(), n, x_.get<float>(), sms_, stream_);
+  }
+  // Final norm + lm_head + argmax of `rows` rows of x starting at row `first`.
+  void enqueue_head(int first, int rows, const StepEnd& end) {
+    LmHead a;
+    a.w = lm_head_weights();
+    a.dtype = w_->dtype;
+    a.norm = final_norm_.get<float>();
+    a.eps = c_.rms_norm_eps;
+    a.hidden = c_.hidden_size;
+    a.vocab = c_.vocab_size;
+    a.partial = head_partial_.get<float>();
+    a.counter = head_counter_.get<int>();
+    rmsnorm_lm_head_argmax(a, x_.get<float>() + size_t(first) * c_.hidden_size, rows, logits_d_.get<float>(), end,
+                           sms_, stream_);
+  }
+
+  // One step of n <= kMaxVecTokens tokens (tokens_d_) through the matrix-vector path,
+  // ending as `mode` says; n_out rows of logits (0: none, only the position moves).
+  void enqueue_vec_step(StepMode mode, int n, int n_out) {
+    enqueue_embedding(n);
+    for (int l = 0; l < c_.num_layers; ++l) {
+      enqueue_qkv(l, n);
+      enqueue_attention(l, n);
+      enqueue_o_proj(l, n);
+      enqueue_gate_up(l, n);
+      enqueue_down(l, n);
+    }
+    int* pos = pos_d_.get<int>();
+    if (n_out == 0) {
+      advance_position(pos, n, stream_);
+      return;
+    }
+    StepEnd end;
+    end.pos = pos;
+    end.advance = n;
+    if (mode != StepMode::Logits) {
+      end.next = tokens_d_.get<int32_t>();
+      end.host = host_tokens_.device<int32_t>();
+    }
+    if (mode == StepMode::Sample) {
+      enqueue_head(n - n_out, n_out, StepEnd{});
+      sample_token(logits_d_.get<float>(), c_.vocab_size, sampling_d_.get<SamplingState>(), end, stream_);
+    } else {
+      enqueue_head(n - n_out, n_out, end);
+    }
+  }
+
+  // The layers of n tokens (tokens_d_) on tensor cores; x_ ends with their hidden states.
+  void enqueue_prefill_layers(int n) {
+    const int H = c_.hidden_size, I = c_.intermediate_size, qd = c_.num_heads * c_.head_dim;
+    const int qkv_rows = qd + 2 * c_.num_kv_heads * c_.head_dim;
+    const int* pos = pos_d_.get<int>();
+    float* x = x_.get<float>();
+    void* h = h_bf16_.get();
+    enqueue_embedding(n);
+    for (int l = 0; l < c_.num_layers; ++l) {
+      const DeviceLayer& d = layers_[l];
+      rmsnorm_to_bf16(x, d.attn_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
+      gemm_bf16(h, d.wqkv.get(), n, qkv_rows, H, qkv_.get<float>(), false, stream_);
+      bias_rope_append(qkv_args(l), qkv_.get<float>(), n, pos, q_.get<float>(), stream_);
+      attention_prefill(attention_args(l), q_.get<float>(), n, pos, att_.get<float>(), stream_);
+      to_bf16(att_.get<float>(), size_t(n) * qd, h, stream_);
+      gemm_bf16(h, d.wo.get(), n, H, qd, x, true, stream_);
+      rmsnorm_to_bf16(x, d.mlp_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
+      gemm_bf16(h, d.w_gate_up.get(), n, 2 * I, H, gate_up_.get<float>(), false, stream_);
+      swiglu_to_bf16(gate_up_.get<float>(), n, I, h, stream_);
+      gemm_bf16(h, d.w_down.get(), n, H, I, x, true, stream_);
+    }
+  }
+
+  // --- graphs --------------------------------------------------------------------------
+
+  GraphExec capture(const std::function<void()>& enqueue) {
+    check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+    try {
+      enqueue();
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream_, &broken);
+      if (broken) cudaGraphDestroy(broken);
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    check_cuda(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check_cuda(status, "cudaGraphInstantiate");
+    return GraphExec(exec);
+  }
+
+  cudaGraphExec_t graph_for(StepMode mode, int n, int n_out) {
+    const int key = (int(mode) << 16) | (n << 8) | n_out;
+    auto it = graphs_.find(key);
+    if (it == graphs_.end())
+      it = graphs_.emplace(key, capture([&] { enqueue_vec_step(mode, n, n_out); })).first;
+    return it->second.get();
+  }
+
+  void launch_graph(cudaGraphExec_t g) { check_cuda(cudaGraphLaunch(g, stream_), "cudaGraphLaunch"); }
+
+  double time_graph(cudaGraphExec_t g, int reps) {
+    launch_graph(g);
+    cudaEvent_t begin, end;
+    check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&end), "cudaEventCreate");
+    check_cuda(cudaEventRecord(begin, stream_), "cudaEventRecord");
+    for (int i = 0; i < reps; ++i) launch_graph(g);
+    check_cuda(cudaEventRecord(end, stream_), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(end), "time_graph");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+    return ms / reps;
+  }
+
+  std::shared_ptr<const ModelWeights> w_;
+  const ModelConfig& c_;
+  std::string device_name_;
+  int sms_ = 0;
+  int capacity_ = 0;
+  int prefill_rows_ = 0;
+  int kv_len_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t events_[2] = {};
+
+  DeviceBuffer embed_, lm_head_, final_norm_;
+  std::vector<DeviceLayer> layers_;
+  DeviceBuffer rope_cos_, rope_sin_, k_cache_, v_cache_;
+  DeviceBuffer pos_d_, tokens_d_, x_, q_, att_, act_, logits_d_, head_partial_, head_counter_;
+  DeviceBuffer attention_partial_, attention_counters_, sampling_d_;
+  DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
+  DecodeAttention attention_;
+  PinnedBuffer host_tokens_, host_in_, host_logits_, host_hidden_;
+  int host_in_rows_ = 0, host_out_rows_ = 0;
+  std::vector<float> hidden_;
+  std::map<int, GraphExec> graphs_;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const ModelWeights> weights,
+                                               const BackendOptions& options) {
+  return std::make_unique<CudaBackendImpl>(std::move(weights), options);
+}
+
+}  // namespace runahead

@@ -1,0 +1,203 @@
+// `runahead-engine bench --backend cuda`: decode ms/token at a given context beside the
+// bound from the weight bytes and the device-to-device copy bandwidth measured in the same
+// run, prefill time, and the time of each op family of the decode step.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/device_memory.h"
+#include "model/error.h"
+#include "model/weights.h"
+
+namespace runahead {
+namespace {
+
+struct CudaBenchArgs {
+  std::string model, random_shape;
+  int ctx = 512, tokens = 256, prefill = 2048, reps = 200;
+  bool json = false;
+};
+
+constexpr const char* kUsage =
+    "usage: runahead-engine bench --backend cuda (--model DIR | --random-shape qwen2.5-coder-0.5b|1.5b|7b)\n"
+    "                             [--ctx N] [--tokens N] [--prefill N] [--reps N] [--json]\n";
+
+CudaBenchArgs parse(int argc, char** argv) {
+  CudaBenchArgs a;
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
+    return argv[++i];
+  };
+  auto count = [&](int& i) {
+    const std::string flag = argv[i], v = value(i);
+    size_t used = 0;
+    int n = -1;
+    try {
+      n = std::stoi(v, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != v.size() || n < 0) throw std::invalid_argument(flag + " expects a count, got '" + v + "'");
+    return n;
+  };
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--backend") {
+      if (value(i) != "cuda") throw std::invalid_argument("this bench runs --backend cuda only");
+    } else if (arg == "--model") a.model = value(i);
+    else if (arg == "--random-shape") a.random_shape = value(i);
+    else if (arg == "--ctx") a.ctx = std::max(1, count(i));
+    else if (arg == "--tokens") a.tokens = std::max(1, count(i));
+    else if (arg == "--prefill") a.prefill = count(i);
+    else if (arg == "--reps") a.reps = std::max(1, count(i));
+    else if (arg == "--json") a.json = true;
+    else throw std::invalid_argument("unknown argument '" + arg + "'");
+  }
+  if (a.model.empty() == a.random_shape.empty())
+    throw std::invalid_argument("give exactly one of --model and --random-shape");
+  return a;
+}
+
+// Bytes per second of a device-to-device copy of a large buffer, counting bytes read and
+// written; the best of several copies.
+double copy_bandwidth(size_t bytes) {
+  cuda::DeviceBuffer a(bytes), b(bytes);
+  cuda::check_cuda(cudaMemset(a.get(), 1, bytes), "cudaMemset");
+  cudaEvent_t begin, end;
+  cuda::check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+  cuda::check_cuda(cudaEventCreate(&end), "cudaEventCreate");
+  double best = 0;
+  for (int i = 0; i < 6; ++i) {
+    cuda::check_cuda(cudaEventRecord(begin), "cudaEventRecord");
+    cuda::check_cuda(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
+    cuda::check_cuda(cudaEventRecord(end), "cudaEventRecord");
+    cuda::check_cuda(cudaEventSynchronize(end), "copy");
+    float ms = 0;
+    cuda::check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+    if (i > 0) best = std::max(best, 2.0 * double(bytes) / (ms * 1e-3));
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  return best;
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+nlohmann::json bench(const CudaBenchArgs& a) {
+  auto weights = std::make_shared<ModelWeights>(a.model.empty() ? random_model(a.random_shape) : load_model(a.model));
+  const ModelConfig& c = weights->config;
+  const double bandwidth = copy_bandwidth(size_t(2) << 30);
+
+  BackendOptions options;
+  options.context_length = std::max(a.ctx + a.tokens + 8, a.prefill);
+  auto backend = make_cuda_backend(weights, options);
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int32_t> token(0, c.vocab_size - 1);
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& x : t) x = token(rng);
+    return t;
+  };
+  std::vector<float> logits;
+
+  // Prefill of --prefill tokens (the second of two runs), then of the decode context.
+  double prefill_ms = 0;
+  if (a.prefill > 0) {
+    const auto prompt = random_tokens(a.prefill);
+    for (int run = 0; run < 2; ++run) {
+      backend->truncate(0);
+      const auto start = std::chrono::steady_clock::now();
+      backend->forward(prompt, 1, logits);
+      prefill_ms = ms_since(start);
+    }
+  }
+  backend->truncate(0);
+  const auto context = random_tokens(a.ctx);
+  auto start = std::chrono::steady_clock::now();
+  backend->forward(context, 1, logits);
+  const double ctx_prefill_ms = ms_since(start);
+  const int32_t first = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+
+  // Graph replays queued back to back: the device's time per step.
+  const double graph_ms = backend->time_decode_steps(a.tokens);
+  // The real loop: each token read by the host one step late.
+  backend->truncate(a.ctx);
+  int produced = 0;
+  start = std::chrono::steady_clock::now();
+  backend->decode(first, a.tokens, SamplingParams{}, [&](int32_t) { return ++produced < a.tokens; });
+  const double loop_ms = ms_since(start) / std::max(produced, 1);
+  backend->truncate(a.ctx);
+  const nlohmann::json ops = backend->profile_decode_ops(a.reps);
+  double ops_us = 0;
+  for (const auto& op : ops) ops_us += op["us_per_step"].get<double>();
+
+  const double bound_ms = double(weights->weight_bytes) / bandwidth * 1e3;
+  return {{"backend", "cuda"},
+          {"device", backend->describe()["device"]},
+          {"model", weights->source},
+          {"dtype", dtype_name(weights->dtype)},
+          {"weight_bytes", weights->weight_bytes},
+          {"copy_bandwidth_gb_s", bandwidth / 1e9},
+          {"context", a.ctx},
+          {"decode_tokens", a.tokens},
+          {"decode_ms_per_token", graph_ms},
+          {"decode_loop_ms_per_token", loop_ms},
+          {"bound_ms_per_token", bound_ms},
+          {"bound_ratio", bound_ms / graph_ms},
+          {"prefill_tokens", a.prefill},
+          {"prefill_ms", prefill_ms},
+          {"context_prefill_ms", ctx_prefill_ms},
+          {"ops", ops},
+          {"ops_sum_us", ops_us},
+          {"optimizations", backend->describe()["optimizations"]}};
+}
+
+void print_report(const nlohmann::json& r) {
+  std::printf("model    %s (%s, %.1f MB of weights read per token) on %s\n", r["model"].get<std::string>().c_str(),
+              r["dtype"].get<std::string>().c_str(), r["weight_bytes"].get<double>() / 1e6,
+              r["device"].get<std::string>().c_str());
+  std::printf("decode   %.3f ms/token at context %d (graph replays; %.3f in the host loop); bound %.3f ms/token at "
+              "%.0f GB/s copy bandwidth: %.0f%% of the bound\n",
+              r["decode_ms_per_token"].get<double>(), r["context"].get<int>(),
+              r["decode_loop_ms_per_token"].get<double>(), r["bound_ms_per_token"].get<double>(),
+              r["copy_bandwidth_gb_s"].get<double>(), 100.0 * r["bound_ratio"].get<double>());
+  std::printf("prefill  %d tokens in %.2f ms; the %d-token context in %.2f ms\n", r["prefill_tokens"].get<int>(),
+              r["prefill_ms"].get<double>(), r["context"].get<int>(), r["context_prefill_ms"].get<double>());
+  std::printf("per op family (alone, all layers, one graph each):\n");
+  for (const auto& op : r["ops"])
+    std::printf("  %-30s %9.1f us/step  %8.1f MB  %7.0f GB/s\n", op["op"].get<std::string>().c_str(),
+                op["us_per_step"].get<double>(), op["bytes_per_step"].get<double>() / 1e6, op["gb_per_s"].get<double>());
+  std::printf("  %-30s %9.1f us/step (whole step %.1f us)\n", "sum", r["ops_sum_us"].get<double>(),
+              r["decode_ms_per_token"].get<double>() * 1e3);
+}
+
+}  // namespace
+
+int run_cuda_bench(int argc, char** argv) {
+  CudaBenchArgs args;
+  try {
+    args = parse(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "bench: " << e.what() << "\n" << kUsage;
+    return 2;
+  }
+  try {
+    const nlohmann::json report = bench(args);
+    if (args.json) std::cout << report.dump() << std::endl;
+    else print_report(report);
+    return 0;
+  } catch (const EngineError& e) {
+    std::cerr << "bench: " << e.code << ": " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace runahead

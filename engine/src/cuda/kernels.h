@@ -1,0 +1,131 @@
+#pragma once
+// Host launchers of the CUDA ops, one op family per .cu file. Every pointer is device
+// memory; activations are f32, weight matrices keep the model's dtype, and norm weights
+// and biases arrive widened to f32. Shapes are [rows, cols] row-major; n is the number of
+// tokens in the step and pos points at the device int holding the first token's position.
+// Every launch uses programmatic dependent launch: each kernel prefetches its weights
+// before it waits for the kernel that feeds it.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "model/tensor.h"
+
+namespace runahead::cuda {
+
+// The matrix-vector ops serve up to this many tokens per pass over the weights.
+constexpr int kMaxVecTokens = 8;
+
+// What the last kernel of a step does once its tokens are known: tokens[t] for t < n_out
+// go to out[t] and to host[*pos + 1 + t - (n_out - 1) ... ] (mapped host memory indexed by the
+// position the token will occupy), the last one becomes next[0] (the next step's input),
+// and *pos advances by `advance`. Null pointers skip their part.
+struct StepEnd {
+  int* pos = nullptr;
+  int advance = 0;
+  int32_t* out = nullptr;
+  int32_t* next = nullptr;
+  int32_t* host = nullptr;
+};
+
+// embedding.cu — x[t, :] = embed[tokens[t], :]   embed: [V, H], x: [n, H]
+void embedding_lookup(const void* embed, DType dtype, int H, const int32_t* tokens, int n, float* x,
+                      cudaStream_t stream);
+
+// rmsnorm_qkv_rope.cu — for each token t at position p = *pos + t:
+//   h = rmsnorm(x[t]) * norm;  [q | k | v] = h W^T + bias;  rotate q and k by RoPE(p);
+//   q_out[t] = q;  k_cache[p] = k;  v_cache[p] = v.
+// W: [(heads + 2 kv_heads) * head_dim, H] (q rows, then k, then v); rope_cos/sin: [capacity, head_dim / 2].
+struct QkvRope {
+  const void* w = nullptr;
+  DType dtype = DType::BF16;
+  const float* bias = nullptr;  // [(heads + 2 kv_heads) * head_dim] or null
+  const float* norm = nullptr;  // [H]
+  float eps = 1e-6f;
+  const float* rope_cos = nullptr;
+  const float* rope_sin = nullptr;
+  int hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
+  float* v_cache = nullptr;
+};
+void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
+                             int sms, cudaStream_t stream);
+
+// attention.cu — out[t, h] = softmax(q[t, h] . K[0 : p+1]^T / sqrt(head_dim)) V[0 : p+1]
+// with p = *pos + t and K, V the cache rows of kv head h / (heads / kv_heads). Split-K:
+// `splits` blocks per (token, head) each take a slice of the positions; the last block
+// to finish merges the slices. q, out: [n, heads * head_dim].
+struct DecodeAttention {
+  int heads = 0, kv_heads = 0, head_dim = 0, capacity = 0, splits = 0;
+  const float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
+  const float* v_cache = nullptr;
+  float* partial = nullptr;  // attention_partial_floats(...)
+  int* counters = nullptr;   // [kMaxVecTokens * heads], zero before the first launch
+};
+int attention_splits(int heads, int sms);
+size_t attention_partial_floats(int heads, int head_dim, int splits);
+void attention_decode(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
+                      cudaStream_t stream);
+
+// matvec_residual.cu — x[t, :] += in[t, :] W^T   W: [rows, K], in: [n, K], x: [n, rows]
+// (the attention output projection and the MLP down projection).
+void matvec_residual_add(const void* w, DType dtype, int rows, int K, const float* in, int n, float* x,
+                         int sms, cudaStream_t stream);
+
+// gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
+// u = ... . Wu[j]   Wg, Wu: [I, H], x: [n, H], act: [n, I]
+void rmsnorm_gate_up_swiglu(const void* w_gate, const void* w_up, DType dtype, const float* norm, float eps,
+                            int H, int I, const float* x, int n, float* act, int sms, cudaStream_t stream);
+
+// lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first
+// on ties) for t < n   W: [V, H], x: [n, H], logits: [n, V]; then `end`.
+// `partial` holds 2 * n * lm_head_blocks(...) floats; `counter` one int, zero at first.
+struct LmHead {
+  const void* w = nullptr;
+  DType dtype = DType::BF16;
+  const float* norm = nullptr;
+  float eps = 1e-6f;
+  int hidden = 0, vocab = 0;
+  float* partial = nullptr;
+  int* counter = nullptr;
+};
+int lm_head_blocks(int vocab, int sms);
+void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logits, const StepEnd& end,
+                            int sms, cudaStream_t stream);
+
+// Moves *pos on by `advance` (a step that needs no logits).
+void advance_position(int* pos, int advance, cudaStream_t stream);
+
+// sampling.cu — token = a draw from softmax(logits / temperature) restricted to the top_k
+// largest logits, then to the smallest most-likely set with mass >= top_p; then `end`
+// with n_out = 1. Parameters live on the device so one captured graph serves every request.
+struct SamplingState {
+  float temperature;
+  int top_k;
+  float top_p;
+  unsigned long long seed;
+  unsigned long long draws;  // advanced by every draw; the random stream's counter
+};
+void sample_token(const float* logits, int V, SamplingState* state, const StepEnd& end, cudaStream_t stream);
+
+// prefill.cu — the tensor-core path for long prompts (bf16 weights only).
+// h[t, :] = bf16(rmsnorm(x[t]) * norm)   x: [n, H], h: [n, H]
+void rmsnorm_to_bf16(const float* x, const float* norm, float eps, int n, int H, void* h, cudaStream_t stream);
+// c[t, r] (+)= a[t, :] . W[r, :]   a: [n, K] bf16, W: [rows, K] bf16, c: [n, rows] f32;
+// accumulate adds to c instead of overwriting it. K must be a multiple of 32, rows of 2.
+void gemm_bf16(const void* a, const void* w, int n, int rows, int K, float* c, bool accumulate,
+               cudaStream_t stream);
+// For each token t at p = *pos + t: qkv[t] += bias; RoPE on its q and k parts; q_out[t] = q,
+// k_cache[p] = k, v_cache[p] = v.   qkv: [n, (heads + 2 kv_heads) * head_dim]
+void bias_rope_append(const QkvRope& a, const float* qkv, int n, const int* pos, float* q_out,
+                      cudaStream_t stream);
+// act[t, j] = bf16(silu(gu[t, j]) * gu[t, I + j])   gu: [n, 2I] f32, act: [n, I] bf16
+void swiglu_to_bf16(const float* gu, int n, int I, void* act, cudaStream_t stream);
+// out[t, :] = bf16(in[t, :])
+void to_bf16(const float* in, size_t count, void* out, cudaStream_t stream);
+// Causal attention of n new tokens over the cache: as attention_decode for any n.
+// out: [n, heads * head_dim] f32.
+void attention_prefill(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
+                       cudaStream_t stream);
+
+}  // namespace runahead::cuda

@@ -1,0 +1,117 @@
+// The end of a decode step: final RMSNorm, the lm_head, and the argmax of each row,
+// so greedy decoding needs no logits on the host.
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+
+namespace runahead::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / kWarp;
+
+// (value, index) ordered by value, then by the lower index (torch.argmax keeps the first).
+__device__ __forceinline__ bool better(float v, int i, float best_v, int best_i) {
+  return v > best_v || (v == best_v && i < best_i);
+}
+
+// One warp per pair of vocabulary rows, grid-stride. Each block leaves its best
+// (value, index) per token in `partial`; the last block to finish reduces them.
+template <class W, int NT>
+__global__ void __launch_bounds__(kThreads) rmsnorm_lm_head_argmax_kernel(LmHead a, const float* x, int n,
+                                                                         float* logits, StepEnd end) {
+  __shared__ float scratch[NT * kWarps];
+  __shared__ float inv[NT];
+  __shared__ float best_v[kWarps][NT];
+  __shared__ int best_i[kWarps][NT];
+  __shared__ int32_t tokens[NT];
+  __shared__ bool last;
+  const int lane = threadIdx.x % kWarp, warp_in_block = threadIdx.x / kWarp;
+  const int warp = blockIdx.x * kWarps + warp_in_block, warps = gridDim.x * kWarps;
+  const int H = a.hidden, units = a.vocab / 2;
+  const W* w = static_cast<const W*>(a.w);
+  if (warp < units) prefetch_l2(w + size_t(2 * warp) * H, size_t(2) * H * sizeof(W), lane);
+  pdl_wait();
+  pdl_trigger();
+  block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
+  float my_v = -INFINITY;  // lane t keeps token t's best
+  int my_i = 0x7fffffff;
+  for (int u = warp; u < units; u += warps) {
+    const W* rows[2] = {w + size_t(2 * u) * H, w + size_t(2 * u + 1) * H};
+    float acc[2][NT];
+    warp_dot_rows<W, 2, NT>(rows, H, x, H, n, a.norm, acc);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < n && lane == t) {
+        const float v0 = acc[0][t] * inv[t], v1 = acc[1][t] * inv[t];
+        *reinterpret_cast<float2*>(logits + size_t(t) * a.vocab + 2 * u) = make_float2(v0, v1);
+        if (better(v0, 2 * u, my_v, my_i)) my_v = v0, my_i = 2 * u;
+        if (better(v1, 2 * u + 1, my_v, my_i)) my_v = v1, my_i = 2 * u + 1;
+      }
+    }
+  }
+  if (lane < NT) {
+    best_v[warp_in_block][lane] = my_v;
+    best_i[warp_in_block][lane] = my_i;
+  }
+  __syncthreads();
+  if (threadIdx.x < n) {
+    const int t = threadIdx.x;
+    float v = best_v[0][t];
+    int i = best_i[0][t];
+    for (int k = 1; k < kWarps; ++k)
+      if (better(best_v[k][t], best_i[k][t], v, i)) v = best_v[k][t], i = best_i[k][t];
+    a.partial[(size_t(blockIdx.x) * n + t) * 2] = v;
+    a.partial[(size_t(blockIdx.x) * n + t) * 2 + 1] = __int_as_float(i);
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1) == int(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x < n) {
+    const int t = threadIdx.x;
+    float v = -INFINITY;
+    int i = 0x7fffffff;
+    for (int b = 0; b < int(gridDim.x); ++b) {
+      const float bv = __ldcg(a.partial + (size_t(b) * n + t) * 2);
+      const int bi = __float_as_int(__ldcg(a.partial + (size_t(b) * n + t) * 2 + 1));
+      if (better(bv, bi, v, i)) v = bv, i = bi;
+    }
+    tokens[t] = i == 0x7fffffff ? 0 : i;  // all NaN: token 0 rather than out of range
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    finish_step(end, tokens, n);
+    *a.counter = 0;
+  }
+}
+
+__global__ void advance_position_kernel(int* pos, int advance) {
+  pdl_wait();
+  pdl_trigger();
+  *pos += advance;
+}
+
+}  // namespace
+
+int lm_head_blocks(int vocab, int sms) {
+  // Enough warps for every pair of rows, at most 8 blocks per multiprocessor.
+  const int needed = (vocab / 2 + kWarps - 1) / kWarps;
+  return needed < 8 * sms ? needed : 8 * sms;
+}
+
+void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logits, const StepEnd& end, int sms,
+                            cudaStream_t stream) {
+  with_weight_type(a.dtype, [&](auto type) {
+    using W = WeightOf<decltype(type)>;
+    auto kernel = n == 1 ? rmsnorm_lm_head_argmax_kernel<W, 1> : rmsnorm_lm_head_argmax_kernel<W, kMaxVecTokens>;
+    launch_pdl(kernel, dim3(lm_head_blocks(a.vocab, sms)), dim3(kThreads), 0, stream, a, x, n, logits, end);
+  });
+}
+
+void advance_position(int* pos, int advance, cudaStream_t stream) {
+  launch_pdl(advance_position_kernel, dim3(1), dim3(1), 0, stream, pos, advance);
+}
+
+}  // namespace runahead::cuda

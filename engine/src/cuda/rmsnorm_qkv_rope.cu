@@ -1,0 +1,121 @@
+// The attention input of a layer in one pass over Wqkv: RMSNorm, the q/k/v projection
+// with its bias, RoPE on q and k, and the append of k and v to the KV cache.
+#include <algorithm>
+
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+
+namespace runahead::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / kWarp;
+
+// Rows are visited in pairs that RoPE rotates together: (i, i + head_dim/2) of a q or k
+// head, or two neighbouring v rows.
+struct RowPair {
+  int first, second;
+};
+__device__ __forceinline__ RowPair row_pair(int unit, int q_dim, int kv_dim, int head_dim) {
+  const int half = head_dim / 2, rotated = (q_dim + kv_dim) / 2;
+  if (unit < rotated) {
+    const int first = (unit / half) * head_dim + unit % half;
+    return {first, first + half};
+  }
+  const int first = q_dim + kv_dim + 2 * (unit - rotated);
+  return {first, first + 1};
+}
+
+// Adds the bias to rows (first, second) of token t at position p, rotates them when they
+// are q or k, and stores them in q_out or the cache.
+__device__ __forceinline__ void rope_and_store(const QkvRope& a, RowPair r, float v0, float v1, int t, int p,
+                                               float* q_out) {
+  const int q_dim = a.heads * a.head_dim, kv_dim = a.kv_heads * a.head_dim, half = a.head_dim / 2;
+  if (a.bias) {
+    v0 += a.bias[r.first];
+    v1 += a.bias[r.second];
+  }
+  if (r.first >= q_dim + kv_dim) {
+    a.v_cache[size_t(p) * kv_dim + r.first - q_dim - kv_dim] = v0;
+    a.v_cache[size_t(p) * kv_dim + r.second - q_dim - kv_dim] = v1;
+    return;
+  }
+  const int i = r.first % a.head_dim;
+  const float c = a.rope_cos[size_t(p) * half + i], s = a.rope_sin[size_t(p) * half + i];
+  const float o0 = v0 * c - v1 * s, o1 = v1 * c + v0 * s;
+  if (r.first < q_dim) {
+    q_out[size_t(t) * q_dim + r.first] = o0;
+    q_out[size_t(t) * q_dim + r.second] = o1;
+  } else {
+    a.k_cache[size_t(p) * kv_dim + r.first - q_dim] = o0;
+    a.k_cache[size_t(p) * kv_dim + r.second - q_dim] = o1;
+  }
+}
+
+// One warp per row pair, grid-stride; NT >= n tokens share each pass over the weights.
+template <class W, int NT>
+__global__ void __launch_bounds__(kThreads) rmsnorm_qkv_rope_append_kernel(QkvRope a, const float* x, int n,
+                                                                          const int* pos, float* q_out) {
+  __shared__ float scratch[NT * kWarps];
+  __shared__ float inv[NT];
+  const int lane = threadIdx.x % kWarp;
+  const int warp = blockIdx.x * kWarps + threadIdx.x / kWarp, warps = gridDim.x * kWarps;
+  const int q_dim = a.heads * a.head_dim, kv_dim = a.kv_heads * a.head_dim, H = a.hidden;
+  const int units = (q_dim + 2 * kv_dim) / 2;
+  const W* w = static_cast<const W*>(a.w);
+  if (warp < units) {
+    const RowPair r = row_pair(warp, q_dim, kv_dim, a.head_dim);
+    prefetch_l2(w + size_t(r.first) * H, size_t(H) * sizeof(W), lane);
+    prefetch_l2(w + size_t(r.second) * H, size_t(H) * sizeof(W), lane);
+  }
+  pdl_wait();
+  pdl_trigger();
+  block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
+  const int p0 = *pos;
+  for (int u = warp; u < units; u += warps) {
+    const RowPair r = row_pair(u, q_dim, kv_dim, a.head_dim);
+    const W* rows[2] = {w + size_t(r.first) * H, w + size_t(r.second) * H};
+    float acc[2][NT];
+    warp_dot_rows<W, 2, NT>(rows, H, x, H, n, a.norm, acc);
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+      if (t < n && lane == t) rope_and_store(a, r, acc[0][t] * inv[t], acc[1][t] * inv[t], t, p0 + t, q_out);
+  }
+}
+
+// Prefill: the projection came from the tensor-core GEMM; one thread per row pair and token.
+__global__ void bias_rope_append_kernel(QkvRope a, const float* qkv, int n, const int* pos, float* q_out) {
+  pdl_wait();
+  pdl_trigger();
+  const int q_dim = a.heads * a.head_dim, kv_dim = a.kv_heads * a.head_dim, width = q_dim + 2 * kv_dim;
+  const int units = width / 2, p0 = *pos;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < size_t(n) * units;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const int t = int(i / units), u = int(i % units);
+    const RowPair r = row_pair(u, q_dim, kv_dim, a.head_dim);
+    const float* row = qkv + size_t(t) * width;
+    rope_and_store(a, r, row[r.first], row[r.second], t, p0 + t, q_out);
+  }
+}
+
+}  // namespace
+
+void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out, int sms,
+                             cudaStream_t stream) {
+  const int units = (a.heads + 2 * a.kv_heads) * a.head_dim / 2;
+  with_weight_type(a.dtype, [&](auto type) {
+    using W = WeightOf<decltype(type)>;
+    auto kernel = n == 1 ? rmsnorm_qkv_rope_append_kernel<W, 1> : rmsnorm_qkv_rope_append_kernel<W, kMaxVecTokens>;
+    const int blocks = resident_blocks(kernel, kThreads, 0, units, kWarps, sms);
+    launch_pdl(kernel, dim3(blocks), dim3(kThreads), 0, stream, a, x, n, pos, q_out);
+  });
+}
+
+void bias_rope_append(const QkvRope& a, const float* qkv, int n, const int* pos, float* q_out,
+                      cudaStream_t stream) {
+  const size_t work = size_t(n) * (a.heads + 2 * a.kv_heads) * a.head_dim / 2;
+  const int blocks = int(std::min<size_t>((work + 255) / 256, 4096));
+  launch_pdl(bias_rope_append_kernel, dim3(blocks), dim3(256), 0, stream, a, qkv, n, pos, q_out);
+}
+
+}  // namespace runahead::cuda
