@@ -35,6 +35,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     client.onNotification('runahead/status', (s: ServerStatus) => {
       statusBar.setStatus(s);
       if (s.state === 'error') log.error(`status: ${s.message}`);
+      else if (s.state === 'restarting' || s.state === 'degraded') log.warn(`status ${s.state}: ${s.message}`);
     }),
     client.onNotification('runahead/metrics', (m: CompletionMetrics) => {
       statusBar.setMetrics(m);

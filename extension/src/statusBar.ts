@@ -13,6 +13,7 @@ export interface ServerStatus {
   optimizations?: Record<string, unknown>;
   warnings: string[];
   restarts: number;
+  lastRestart?: { reason: string; at: string };
   fimOrder?: string;
 }
 
@@ -119,7 +120,8 @@ export class StatusBar implements vscode.Disposable {
     if (s) {
       md.appendMarkdown(`| | |\n|---|---|\n`);
       md.appendMarkdown(`| Model | ${s.model ?? '–'} |\n| Backend | ${s.backend ?? '–'} |\n| Engine | ${s.engine ?? '–'} |\n`);
-      md.appendMarkdown(`| Optimisations | ${optimizationsText(s.optimizations)} |\n| FIM order | ${s.fimOrder ?? '–'} |\n| Restarts | ${s.restarts} |\n\n`);
+      const restart = s.lastRestart ? ` (last: ${s.lastRestart.reason} at ${new Date(s.lastRestart.at).toLocaleTimeString()})` : '';
+      md.appendMarkdown(`| Optimisations | ${optimizationsText(s.optimizations)} |\n| FIM order | ${s.fimOrder ?? '–'} |\n| Restarts | ${s.restarts}${restart} |\n\n`);
       for (const w of s.warnings) md.appendMarkdown(`$(warning) ${w}\n\n`);
     }
     const m = this.lastEngine;

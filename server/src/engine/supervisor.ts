@@ -23,6 +23,8 @@ export interface EngineStatus {
   restarts: number;
   /** The engine's process id while one runs. */
   pid?: number;
+  /** What happened to the engine last time it had to be restarted, and when (ISO time). */
+  lastRestart?: { reason: string; at: string };
 }
 
 export interface SupervisorTiming {
@@ -260,7 +262,7 @@ export class EngineSupervisor extends EventEmitter {
     const delays = this.timing.backoffMs;
     const delay = delays[Math.min(this.failures - 1, delays.length - 1)];
     this.log('warn', `engine ${how}; restarting in ${delay} ms`);
-    this.setStatus({ state: 'restarting', message: `engine ${how}; restarting`, progress: undefined, restarts });
+    this.setStatus({ state: 'restarting', message: `engine ${how}; restarting`, progress: undefined, restarts, lastRestart: { reason: `engine ${how}`, at: new Date().toISOString() } });
     this.restartTimer = setTimeout(() => {
       if (epoch === this.epoch) void this.run(epoch);
     }, delay);
