@@ -106,6 +106,7 @@ void Server::enqueue(Request request) {
       }
       ++loads_pending_;
     }
+    if (request.type == RequestType::Generate) ++requests_;
     queue_.push_back(Job{std::move(request)});
   }
   wake_.notify_one();
@@ -240,7 +241,6 @@ void Server::run_generate(const Job& job) {
   const GenerateResult result = session_->generator().generate(request, sink, cancel);
   {
     std::lock_guard lock(mutex_);
-    ++requests_;
     tokens_generated_ += result.stats.tokens;
   }
   out_.write(done_message(job.request.id, result.finish, result.stats));
