@@ -4,7 +4,8 @@
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { LanguageClient, TransportKind, type LanguageClientOptions, type ServerOptions } from 'vscode-languageclient/node';
-import { metricsLine, StatusBar, type CompletionMetrics, type ServerStatus } from './statusBar';
+import { metricsLine, type CompletionMetrics, type ServerStatus } from './format';
+import { StatusBar } from './statusBar';
 
 let client: LanguageClient | undefined;
 

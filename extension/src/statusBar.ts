@@ -1,65 +1,7 @@
 // The status bar item: the engine's state, and after each completion its
 // ms/token and accepted tokens per step; the tooltip holds the breakdown.
 import * as vscode from 'vscode';
-
-export interface ServerStatus {
-  state: 'stopped' | 'starting' | 'loading' | 'ready' | 'degraded' | 'restarting' | 'error';
-  message: string;
-  enabled: boolean;
-  progress?: { stage: string; done: number; total: number };
-  engine?: string;
-  model?: string;
-  backend?: string;
-  optimizations?: Record<string, unknown>;
-  warnings: string[];
-  restarts: number;
-  lastRestart?: { reason: string; at: string };
-  fimOrder?: string;
-}
-
-export interface CompletionMetrics {
-  source: 'engine' | 'cache' | 'prefetch';
-  cacheHit: boolean;
-  servedMs: number;
-  debounceMs: number;
-  chars: number;
-  finishReason?: string;
-  ttftMs?: number;
-  decodeMsPerToken?: number;
-  tokens?: number;
-  steps?: number;
-  drafted?: number;
-  accepted?: number;
-  acceptedPerStep?: number;
-  promptTokens?: number;
-  reusedTokens?: number;
-  prefillMs?: number;
-  backend?: string;
-  model?: string;
-  optimizations?: Record<string, unknown>;
-}
-
-const num = (x: number | undefined, digits = 1) => (x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
-
-/** `0.9 ms/tok · 4.1/step`: the two numbers that say how fast completions are. */
-export function speedText(m: CompletionMetrics): string {
-  return `${num(m.decodeMsPerToken)} ms/tok · ${num(m.acceptedPerStep)}/step`;
-}
-
-/** One line for the log, highlighted by syntaxes/runahead-log.tmLanguage.json. */
-export function metricsLine(m: CompletionMetrics): string {
-  if (m.source !== 'engine') return `completion from ${m.source} in ${num(m.servedMs)} ms · ${m.chars} chars`;
-  return (
-    `completion ttft ${num(m.ttftMs)} ms · ${num(m.decodeMsPerToken, 2)} ms/tok · ${num(m.acceptedPerStep, 2)} accepted/step` +
-    ` · ${m.tokens ?? 0} tok · reused ${m.reusedTokens ?? 0}/${m.promptTokens ?? 0} prompt tok · served ${num(m.servedMs)} ms` +
-    ` (debounce ${num(m.debounceMs, 0)} ms) · ${m.finishReason ?? '?'}`
-  );
-}
-
-function optimizationsText(o: Record<string, unknown> | undefined): string {
-  if (!o) return '–';
-  return Object.entries(o).map(([k, v]) => (v === true ? k : v === false ? `~~${k}~~` : `${k}: ${String(v)}`)).join(', ');
-}
+import { num, optimizationsText, statusText, type CompletionMetrics, type ServerStatus } from './format';
 
 export class StatusBar implements vscode.Disposable {
   private readonly item = vscode.window.createStatusBarItem('runahead.status', vscode.StatusBarAlignment.Right, 100);
@@ -90,25 +32,9 @@ export class StatusBar implements vscode.Disposable {
   }
 
   private render(): void {
-    const s = this.status;
-    const speed = this.lastEngine ? speedText(this.lastEngine) : 'ready';
-    this.item.backgroundColor = undefined;
-    if (!s) {
-      this.item.text = '$(loading~spin) Runahead';
-    } else if (!s.enabled) {
-      this.item.text = '$(circle-slash) Runahead';
-    } else if (s.state === 'loading' || s.state === 'starting' || s.state === 'restarting') {
-      const pct = s.progress && s.progress.total > 0 ? ` ${Math.round((100 * s.progress.done) / s.progress.total)}%` : '';
-      this.item.text = `$(loading~spin) Runahead${s.state === 'restarting' ? ' restarting' : pct}`;
-    } else if (s.state === 'ready') {
-      this.item.text = `$(zap) ${speed}`;
-    } else if (s.state === 'degraded') {
-      this.item.text = `$(warning) ${speed}`;
-      this.item.backgroundColor = new vscode.ThemeColor('statusBarItem.warningBackground');
-    } else {
-      this.item.text = '$(error) Runahead';
-      this.item.backgroundColor = new vscode.ThemeColor('statusBarItem.errorBackground');
-    }
+    const { text, level } = statusText(this.status, this.lastEngine);
+    this.item.text = text;
+    this.item.backgroundColor = level === 'normal' ? undefined : new vscode.ThemeColor(level === 'warning' ? 'statusBarItem.warningBackground' : 'statusBarItem.errorBackground');
     this.item.tooltip = this.tooltip();
   }
 

@@ -1,0 +1,83 @@
+// What the status bar and the log say, as plain functions of the server's
+// runahead/status and runahead/metrics notifications (no VS Code API here, so
+// the unit tests can check them).
+export interface ServerStatus {
+  state: 'stopped' | 'starting' | 'loading' | 'ready' | 'degraded' | 'restarting' | 'error';
+  message: string;
+  enabled: boolean;
+  progress?: { stage: string; done: number; total: number };
+  engine?: string;
+  model?: string;
+  backend?: string;
+  optimizations?: Record<string, unknown>;
+  warnings: string[];
+  restarts: number;
+  lastRestart?: { reason: string; at: string };
+  fimOrder?: string;
+}
+
+export interface CompletionMetrics {
+  source: 'engine' | 'cache' | 'prefetch';
+  cacheHit: boolean;
+  servedMs: number;
+  debounceMs: number;
+  chars: number;
+  finishReason?: string;
+  ttftMs?: number;
+  decodeMsPerToken?: number;
+  tokens?: number;
+  steps?: number;
+  drafted?: number;
+  accepted?: number;
+  acceptedPerStep?: number;
+  promptTokens?: number;
+  reusedTokens?: number;
+  prefillMs?: number;
+  backend?: string;
+  model?: string;
+  optimizations?: Record<string, unknown>;
+}
+
+export const num = (x: number | undefined, digits = 1) => (x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
+
+/** `0.9 ms/tok · 4.1/step`: the two numbers that say how fast completions are. */
+export function speedText(m: CompletionMetrics): string {
+  return `${num(m.decodeMsPerToken)} ms/tok · ${num(m.acceptedPerStep)}/step`;
+}
+
+/** One line for the log, highlighted by syntaxes/runahead-log.tmLanguage.json. */
+export function metricsLine(m: CompletionMetrics): string {
+  if (m.source !== 'engine') return `completion from ${m.source} in ${num(m.servedMs)} ms · ${m.chars} chars`;
+  return (
+    `completion ttft ${num(m.ttftMs)} ms · ${num(m.decodeMsPerToken, 2)} ms/tok · ${num(m.acceptedPerStep, 2)} accepted/step` +
+    ` · ${m.tokens ?? 0} tok · reused ${m.reusedTokens ?? 0}/${m.promptTokens ?? 0} prompt tok · served ${num(m.servedMs)} ms` +
+    ` (debounce ${num(m.debounceMs, 0)} ms) · ${m.finishReason ?? '?'}`
+  );
+}
+
+export function optimizationsText(o: Record<string, unknown> | undefined): string {
+  if (!o) return '–';
+  return Object.entries(o).map(([k, v]) => (v === true ? k : v === false ? `~~${k}~~` : `${k}: ${String(v)}`)).join(', ');
+}
+
+/** The status bar item's text and colour for a status and the last engine completion. */
+export function statusText(s: ServerStatus | undefined, last: CompletionMetrics | undefined): { text: string; level: 'normal' | 'warning' | 'error' } {
+  const speed = last ? speedText(last) : 'ready';
+  if (!s) return { text: '$(loading~spin) Runahead', level: 'normal' };
+  if (!s.enabled) return { text: '$(circle-slash) Runahead', level: 'normal' };
+  switch (s.state) {
+    case 'starting':
+    case 'loading': {
+      const pct = s.progress && s.progress.total > 0 ? ` ${Math.round((100 * s.progress.done) / s.progress.total)}%` : '';
+      return { text: `$(loading~spin) Runahead${pct}`, level: 'normal' };
+    }
+    case 'restarting':
+      return { text: '$(loading~spin) Runahead restarting', level: 'warning' };
+    case 'ready':
+      return { text: `$(zap) ${speed}`, level: 'normal' };
+    case 'degraded':
+      return { text: `$(warning) ${speed}`, level: 'warning' };
+    default:
+      return { text: '$(error) Runahead', level: 'error' };
+  }
+}
