@@ -4,7 +4,7 @@
 // (code-server requires it; its headers build code-server's native modules),
 // code-server itself and playwright-core. A second call only checks markers.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
@@ -19,7 +19,8 @@ export const cacheDir = process.env.RUNAHEAD_E2E_CACHE || join(homedir(), '.cach
 const log = (msg) => console.log(`[e2e] ${msg}`);
 
 function run(cmd, args, opts = {}) {
-  const r = spawnSync(cmd, args, { encoding: 'utf8', maxBuffer: 256 << 20, ...opts });
+  // Bounded: a first install takes minutes, never this long.
+  const r = spawnSync(cmd, args, { encoding: 'utf8', maxBuffer: 256 << 20, timeout: 30 * 60_000, killSignal: 'SIGKILL', ...opts });
   return { status: r.status ?? 1, out: `${r.stdout ?? ''}${r.stderr ?? ''}`, error: r.error };
 }
 
@@ -57,7 +58,9 @@ function npmInstallOnce(name, spec, env = process.env) {
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'package.json'), '{ "private": true }\n');
   const logFile = join(cacheDir, `${name}-install.log`);
-  const r = run('sh', ['-c', `npm install --no-audit --no-fund --foreground-scripts ${spec} > "${logFile}" 2>&1`], { cwd: dir, env });
+  const fd = openSync(logFile, 'w');
+  const r = run('npm', ['install', '--no-audit', '--no-fund', '--foreground-scripts', spec], { cwd: dir, env, stdio: ['ignore', fd, fd] });
+  closeSync(fd);
   if (r.status !== 0) {
     const tail = run('tail', ['-40', logFile]).out;
     throw new Error(`npm install ${spec} failed (full log: ${logFile}):\n${tail}`);
