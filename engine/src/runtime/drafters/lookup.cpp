@@ -70,7 +70,8 @@ LookupDrafter::LookupDrafter(LookupOptions options)
 nlohmann::json LookupDrafter::describe() const {
   return {{"name", name()},
           {"ngram", {options_.min_ngram, options_.max_ngram}},
-          {"history_tokens", options_.history_tokens}};
+          {"history_tokens", options_.history_tokens},
+          {"history_held", history_.end() - history_.begin()}};
 }
 
 void LookupDrafter::sync(std::span<const int32_t> context) {
