@@ -51,8 +51,8 @@ function loadModel(): void {
   if (located.problem) return;
   try {
     const info = loadModelInfo(located.path);
-    model.context = { info, fim: new FimBuilder(info.tokenizer, info.special, info.fimOrder) };
-    log('info', `tokenizer of ${located.path}: FIM order ${info.fimOrder}, repo-level tokens ${info.special.fileSep !== undefined ? 'yes' : 'no'}, stop tokens [${info.stopTokens.join(', ')}]`);
+    model.context = { info, fim: new FimBuilder(info.tokenizer, info.special, info.fimOrder, info.repoLevel) };
+    log('info', `tokenizer of ${located.path}: FIM order ${info.fimOrder}, repo-level context ${info.repoLevel ? 'yes' : 'no'}, stop tokens [${info.stopTokens.join(', ')}]`);
   } catch (err) {
     model.problem = err instanceof Error ? err.message : String(err);
     log('error', model.problem);

@@ -32,6 +32,13 @@ describe('FIM prompt', () => {
     assert.equal(tok.decode(p.ids), '<|file_sep|>x.py\n<|fim_suffix|>\nb = 2\n<|fim_prefix|>a = <|fim_middle|>');
   });
 
+  it('leaves out the repo-level head and other files for a model without that format', () => {
+    const fim = new FimBuilder(tok, sp, 'spm', false);
+    const p = fim.build({ prefix: 'a = ', suffix: '\nb = 2\n', path: 'x.py', repoName: 'r', extra: [{ path: 'o.py', text: 'x = 1\n' }], budget: 512 });
+    assert.equal(tok.decode(p.ids), '<|fim_suffix|>\nb = 2\n<|fim_prefix|>a = <|fim_middle|>');
+    assert.equal(p.extraFiles, 0);
+  });
+
   it('keeps the prompt within the token budget, prefix ending at the cursor and suffix starting there', () => {
     const fim = new FimBuilder(tok, sp, 'psm');
     for (const budget of [128, 512, 2048]) {

@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { StreamDecoder, TextTokenizer } from '../../server/src/model/tokenizer';
-import { loadModelInfo, readFimOrder } from '../../server/src/model/modelInfo';
+import { loadModelInfo, readFimOrder, readRepoLevel } from '../../server/src/model/modelInfo';
 import { fixtureModel } from './helpers';
 
 describe('tokenizer', () => {
@@ -43,6 +43,14 @@ describe('tokenizer', () => {
     assert.ok(info.stopTokens.includes(tok.tokenId('<|endoftext|>')!));
     assert.ok(info.stopTokens.includes(tok.tokenId('<|file_sep|>')!));
     assert.equal(info.fimOrder, 'psm');
+  });
+
+  it('uses repo-level context for models with the tokens, unless trained here without it', () => {
+    const special = loadModelInfo(fixtureModel).special;
+    assert.equal(readRepoLevel({}, special), true);
+    assert.equal(readRepoLevel({ runahead: { fim_order: 'spm' } }, special), false);
+    assert.equal(readRepoLevel({ runahead: { repo_level: true } }, special), true);
+    assert.equal(readRepoLevel({}, { ...special, fileSep: undefined }), false);
   });
 
   it('reads the FIM order from config.json, then tokenizer_config.json', () => {

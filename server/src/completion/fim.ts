@@ -1,6 +1,7 @@
 // The FIM prompt as token ids, from the model's special tokens:
 //   PSM: [<|repo_name|>repo\n] [<|file_sep|>path\ntext\n]* [<|file_sep|>path\n] <|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>
 //   SPM: ... the same head ... <|fim_suffix|>S<|fim_prefix|>P<|fim_middle|>
+// The bracketed head only for models that use the repo-level format (modelInfo.ts).
 // Windows are cut at line boundaries aligned to blocks of lines, so that the
 // start of the prompt stays the same while the cursor moves and the engine
 // keeps reusing its KV cache.
@@ -58,12 +59,14 @@ export class FimBuilder {
     private readonly encoder: Encoder,
     private readonly special: SpecialTokens,
     private readonly order: FimOrder,
+    /** Repo-level format: <|repo_name|>, <|file_sep|> and other files' chunks. */
+    private readonly repoLevel = special.fileSep !== undefined,
   ) {}
 
   build(input: FimInput): FimPrompt {
     const sp = this.special;
     const head: number[] = [];
-    const useRepo = sp.fileSep !== undefined;
+    const useRepo = this.repoLevel && sp.fileSep !== undefined;
     if (useRepo && input.repoName && sp.repoName !== undefined) head.push(sp.repoName, ...this.encoder.encode(`${input.repoName}\n`));
     const fileHead = useRepo ? [sp.fileSep!, ...this.encoder.encode(`${input.path}\n`)] : [];
     const avail = Math.max(0, input.budget - head.length - fileHead.length - 3);
@@ -78,7 +81,7 @@ export class FimBuilder {
     const over = prefixIds.length + suffixIds.length - (avail - extraBudget);
     if (over > 0) prefixIds = prefixIds.slice(over);
 
-    const extra = this.extraIds(input.extra, extraBudget + Math.max(0, -over), sp.fileSep);
+    const extra = useRepo ? this.extraIds(input.extra, extraBudget + Math.max(0, -over), sp.fileSep) : { ids: [], files: 0 };
     const body =
       this.order === 'spm'
         ? [sp.fimSuffix, ...suffixIds, sp.fimPrefix, ...prefixIds, sp.fimMiddle]

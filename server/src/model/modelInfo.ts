@@ -8,6 +8,11 @@
 //   config.json            "runahead": { "fim_order": "spm" | "psm" }
 //   tokenizer_config.json  "runahead_fim_order": "spm" | "psm"
 // and uses PSM (the Qwen2.5-Coder default) when neither is present.
+//
+// Repo-level context (<|repo_name|>, <|file_sep|> and chunks of other files)
+// is used when the tokenizer has those tokens, except for a model whose
+// config.json has a "runahead" key (trained by this project) without
+// "repo_level": true: such a model never saw that format.
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { TextTokenizer } from './tokenizer';
@@ -29,6 +34,8 @@ export interface ModelInfo {
   tokenizer: TextTokenizer;
   special: SpecialTokens;
   fimOrder: FimOrder;
+  /** Whether prompts carry <|repo_name|>/<|file_sep|> and other files' chunks. */
+  repoLevel: boolean;
   /** Tokens that end a completion: EOS ids, and the FIM/file markers (a model that emits one has left the middle). */
   stopTokens: number[];
   contextLength: number;
@@ -41,6 +48,11 @@ function readJson(path: string): Record<string, any> {
 export function readFimOrder(config: Record<string, any>, tokenizerConfig: Record<string, any>): FimOrder {
   const value = config.runahead?.fim_order ?? tokenizerConfig.runahead_fim_order;
   return value === 'spm' ? 'spm' : 'psm';
+}
+
+export function readRepoLevel(config: Record<string, any>, special: SpecialTokens): boolean {
+  if (special.fileSep === undefined) return false;
+  return config.runahead ? config.runahead.repo_level === true : true;
 }
 
 export function loadModelInfo(dir: string, tokenizer = TextTokenizer.fromFolder(dir)): ModelInfo {
@@ -71,6 +83,7 @@ export function loadModelInfo(dir: string, tokenizer = TextTokenizer.fromFolder(
     tokenizer,
     special,
     fimOrder: readFimOrder(config, tokenizerConfig),
+    repoLevel: readRepoLevel(config, special),
     stopTokens,
     contextLength: Number(config.max_position_embeddings) || 4096,
   };
