@@ -61,7 +61,7 @@ describe('completion pipeline (server + fake engine)', function () {
     const last = client.metrics[client.metrics.length - 1];
     assert.ok(last.source === 'cache' || last.source === 'prefetch', `served by ${last.source}`);
     assert.equal(engineRuns(), before);
-    assert.ok(last.servedMs < 50, `served in ${last.servedMs} ms`);
+    assert.ok(last.servedMs < 200, `served in ${last.servedMs} ms`);
     assert.ok(r === null || typeof r.items[0].insertText === 'string');
   });
 
