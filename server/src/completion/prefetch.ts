@@ -37,8 +37,4 @@ export class Prefetcher {
     this.inflight?.cancel();
     this.inflight = undefined;
   }
-
-  get busy(): boolean {
-    return this.inflight !== undefined;
-  }
 }

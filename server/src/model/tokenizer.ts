@@ -42,13 +42,6 @@ export class TextTokenizer {
   tokenId(text: string): number | undefined {
     return this.vocab.get(text);
   }
-
-  /** Ids of every token whose text contains a newline (byte-level `Ċ` or a real `\n`). */
-  newlineTokenIds(): number[] {
-    const out: number[] = [];
-    for (const [text, id] of this.vocab) if (text.includes('Ċ') || text.includes('\n')) out.push(id);
-    return out;
-  }
 }
 
 /**
