@@ -12,7 +12,7 @@ struct Avx2 {
   static constexpr int decode_rows = 4;
   static constexpr int tile_rows = 4;
   static constexpr int tile_tokens = 2;  // 8 accumulators + 4 weights + 1 token of 16 registers
-  static constexpr int prefetch_distance = 1024;
+  static constexpr int prefetch_bytes = 4096;  // ahead in the same row stream
 
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float a) { return _mm256_set1_ps(a); }
@@ -51,8 +51,7 @@ struct Avx2 {
   static float scalar(float w) { return w; }
   static float scalar(simd::Bf16 w) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(w.bits << 16))); }
   static float scalar(simd::F16 w) { return _cvtsh_ss(w.bits); }
-  template <class W>
-  static void prefetch(const W* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+  static void prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
 };
 
 }  // namespace

@@ -16,7 +16,7 @@ struct Avx512 {
   static constexpr int decode_rows = 4;
   static constexpr int tile_rows = 4;
   static constexpr int tile_tokens = 4;
-  static constexpr int prefetch_distance = 1024;  // elements ahead in the same row
+  static constexpr int prefetch_bytes = 4096;  // ahead in the same row stream
 
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float a) { return _mm512_set1_ps(a); }
@@ -54,8 +54,7 @@ struct Avx512 {
   static float scalar(float w) { return w; }
   static float scalar(simd::Bf16 w) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(w.bits << 16))); }
   static float scalar(simd::F16 w) { return _cvtsh_ss(w.bits); }
-  template <class W>
-  static void prefetch(const W* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+  static void prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
 };
 
 }  // namespace

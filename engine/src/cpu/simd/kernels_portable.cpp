@@ -17,7 +17,7 @@ struct Portable {
   static constexpr int decode_rows = 4;
   static constexpr int tile_rows = 4;
   static constexpr int tile_tokens = 2;
-  static constexpr int prefetch_distance = 0;
+  static constexpr int prefetch_bytes = 0;
 
   static V zero() { return V{}; }
   static V set1(float a) {
@@ -62,8 +62,7 @@ struct Portable {
   static float scalar(float w) { return w; }
   static float scalar(simd::Bf16 w) { return bf16_to_f32(w.bits); }
   static float scalar(simd::F16 w) { return f16_to_f32(w.bits); }
-  template <class W>
-  static void prefetch(const W*) {}
+  static void prefetch(const char*) {}
 };
 
 }  // namespace

@@ -29,7 +29,8 @@ inline void tile(const W* w, int64_t ldw, int64_t k, const float* x, int64_t ldx
     V wr[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      if constexpr (T == 1) Isa::prefetch(w + r * ldw + i + Isa::prefetch_distance);
+      // Decode streams weights once: ask for them well ahead of use.
+      if constexpr (T == 1) Isa::prefetch(reinterpret_cast<const char*>(w + r * ldw + i) + Isa::prefetch_bytes);
       wr[r] = Isa::load(w + r * ldw + i);
     }
 #pragma GCC unroll 8
