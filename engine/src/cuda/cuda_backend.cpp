@@ -188,6 +188,7 @@ class CudaBackendImpl final : public CudaBackend {
                         "tokens", "ids in [0, " + std::to_string(c_.vocab_size) + ")");
     max_tokens = std::min(max_tokens, capacity_ - kv_len_);
     if (max_tokens <= 0) return 0;
+    check_cuda(cudaStreamSynchronize(stream_), "decode");  // the copies below are not stream-ordered
     const StepMode mode = sampling.greedy() ? StepMode::Greedy : StepMode::Sample;
     if (mode == StepMode::Sample) {
       SamplingState s{sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed, 0};
