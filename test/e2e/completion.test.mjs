@@ -173,9 +173,17 @@ describe('Runahead in a real editor (code-server + headless Chromium)', function
     await wb.openFile('example.ts', 'export function midpoint');
     await wb.page.keyboard.press('Control+End');
     await wb.page.keyboard.press('Enter');
+    await wb.page.keyboard.press('Enter');
     await completeAndAccept('example.ts', 'export function dot(a: Point, b: Point): number {\nreturn ', 'ts-after-kill');
     const after = enginePids(server.pid);
     log(`engine pid(s) now: ${after.join(' ')}; status: ${JSON.stringify(await wb.waitForStatus(MS_PER_TOKEN, 30_000))}`);
     assert.ok(after.length > 0 && after.every((p) => !before.includes(p)), `expected a new engine process, had ${before} and now ${after}`);
+  });
+
+  it('never showed a zero or missing ms/token figure', async function () {
+    const figures = (await wb.statusHistory()).filter((h) => /ms\s*\/\s*tok/i.test(h.text));
+    assert.ok(figures.length > 0, 'the status bar never showed ms/tok');
+    const bad = figures.filter((h) => !(Number(h.text.match(MS_PER_TOKEN)?.[1]) > 0));
+    assert.deepEqual(bad.map((h) => h.text), [], `the status bar showed ${bad.length} of ${figures.length} ms/tok figures that are not a positive number`);
   });
 });
