@@ -48,7 +48,9 @@ class Run:
                                         else os.path.join(ROOT, "engine/models/runahead-coder"))
         self.logs = os.path.join(self.work, "logs") if self.smoke else os.path.join(HERE, "logs")
         self.splits = os.path.join(self.work, "splits") if self.smoke else os.path.join(HERE, "splits")
-        self.kl_draft_dir = os.path.join(self.work, "draft-kl")
+        self.ship = args.ship_draft
+        self.aside = "tv" if self.ship == "kl" else "kl"
+        self.aside_dir = os.path.join(self.work, f"draft-{self.aside}")
         for d in (self.work, self.logs, self.splits):
             os.makedirs(d, exist_ok=True)
         self.vocab = M.SMOKE_VOCAB if self.smoke else M.VOCAB
@@ -113,7 +115,7 @@ class Run:
 
         for tar_name, path, name, keep in (("target.tar", self.model_dir, "runahead-coder", target),
                                            ("heads.tar", self.model_dir, "runahead-coder", heads),
-                                           ("draft-kl.tar", self.kl_draft_dir, "draft-kl", None)):
+                                           (f"draft-{self.aside}.tar", self.aside_dir, f"draft-{self.aside}", None)):
             if os.path.exists(path):
                 with tarfile.open(os.path.join(out, tar_name), "w") as t:
                     t.add(path, arcname=name, filter=keep)
@@ -373,7 +375,7 @@ def stage_draft(run):
         draft.train()
         steps = train_loop(run, f"draft-{loss_name}", draft, step, lr=3e-3, seconds=run.args.seconds_draft)
         draft.eval()
-        folder = os.path.join(run.model_dir, "draft") if loss_name == "tv" else run.kl_draft_dir
+        folder = os.path.join(run.model_dir, "draft") if loss_name == run.ship else run.aside_dir
         M.save_qwen2(draft, folder, run.model_dir)
         run.export()
     run.args.steps = None
@@ -478,7 +480,7 @@ def acceptance(run, target, hidden, head, drafts, prompts, gens, ks=(1, 2, 4, 8)
             proposers = {"mtp": S.mtp_proposer(seq, row["mtp"], k), "lookup": lookups[id(row)].proposer(k)}
             for name in drafts:
                 proposers[f"draft-{name}"] = S.draft_model_proposer(seq, row[name], k)
-            proposers["lookup+draft-tv"] = S.combined_proposer(proposers["lookup"], proposers["draft-tv"])
+            proposers[f"lookup+draft-{run.ship}"] = S.combined_proposer(proposers["lookup"], proposers[f"draft-{run.ship}"])
             proposers["lookup+mtp"] = S.combined_proposer(proposers["lookup"], proposers["mtp"])
             for name, propose in proposers.items():
                 tokens, steps = S.simulate(pl, seq, k, propose)
@@ -493,8 +495,8 @@ def stage_eval(run):
     _, held_docs = run.docs()
     target, hidden = load_target(run)
     head = M.load_mtp(os.path.join(run.model_dir, "mtp.safetensors"), target.config).to(run.device).eval()
-    drafts = {"tv": M.load_qwen2(os.path.join(run.model_dir, "draft")).to(run.device).eval(),
-              "kl": M.load_qwen2(run.kl_draft_dir).to(run.device).eval()}
+    drafts = {run.ship: M.load_qwen2(os.path.join(run.model_dir, "draft")).to(run.device).eval(),
+              run.aside: M.load_qwen2(run.aside_dir).to(run.device).eval()}
     eos = run.eos()
     stop = torch.arange(len(SPECIAL), device=run.device)
     n_tasks, n_ltr = (8, 4) if run.smoke else (run.args.fim_tasks, 100)
@@ -549,6 +551,8 @@ def main():
     ap.add_argument("--seconds-draft", type=float, default=40)
     ap.add_argument("--sample-batches", type=int, default=4)
     ap.add_argument("--fim-tasks", type=int, default=300)
+    ap.add_argument("--ship-draft", choices=("kl", "tv"), default="kl",
+                    help="which draft goes to draft/ (the other stays in --work): the one that measured better")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
