@@ -57,6 +57,28 @@ TEST_CASE("config: explicit head_dim wins; eos_token_id may be a list; null fiel
   CHECK_NOTHROW(parse_config(j, "config.json"));
 }
 
+TEST_CASE("config: transformers 5 configs: rope_parameters, dtype and layer_types") {
+  json j = tiny_config();
+  j.erase("rope_theta");
+  j.erase("torch_dtype");
+  j["dtype"] = "float16";
+  j["rope_parameters"] = {{"rope_theta", 1000000.0}, {"rope_type", "default"}};
+  j["layer_types"] = {"full_attention", "full_attention"};
+  const ModelConfig c = parse_config(j, "config.json");
+  CHECK(c.rope_theta == doctest::Approx(1e6));
+  CHECK(c.torch_dtype == "float16");
+
+  j["rope_parameters"]["rope_type"] = "yarn";
+  EngineError e = error_of([&] { parse_config(j, "c"); });
+  CHECK(e.field == "rope_parameters");
+  CHECK(std::string(e.what()).find("yarn") != std::string::npos);
+  j["rope_parameters"] = {{"rope_theta", "big"}, {"rope_type", "default"}};
+  CHECK(error_of([&] { parse_config(j, "c"); }).field == "rope_parameters.rope_theta");
+  j["rope_parameters"] = {{"rope_theta", 1e6}, {"rope_type", "default"}};
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  CHECK(error_of([&] { parse_config(j, "c"); }).field == "layer_types");
+}
+
 TEST_CASE("config: a folder without config.json is a model_error naming the file") {
   TempDir dir;
   const EngineError e = error_of([&] { load_config(dir.path); });

@@ -66,7 +66,7 @@ std::string mutate(Rng& rng, const std::string& valid) {
   std::string s = valid;
   switch (below(rng, 7)) {
     case 0:  // byte flips, mostly in the header
-      for (size_t i = 1 + below(rng, 8); i > 0; --i) s[below(rng, below(rng, 2) ? 120 : s.size())] ^= char(1 + below(rng, 255));
+      for (size_t i = 1 + below(rng, 8); i > 0; --i) s[below(rng, below(rng, 2) ? std::min<size_t>(120, s.size()) : s.size())] ^= char(1 + below(rng, 255));
       return s;
     case 1:  // truncation
       return s.substr(0, below(rng, s.size()));

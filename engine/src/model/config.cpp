@@ -28,7 +28,11 @@ std::string joined(const std::vector<std::string>& names) {
 // Reads typed fields of one config.json; every complaint names the file and the field.
 class Fields {
  public:
-  Fields(const json& j, const std::string& file) : j_(j), file_(file) {}
+  // `prefix` names the enclosing object of nested fields, e.g. "rope_parameters.".
+  Fields(const json& j, const std::string& file, std::string prefix = {})
+      : j_(j), file_(file), prefix_(std::move(prefix)) {}
+
+  Fields nested(const std::string& name, const json& v) const { return Fields(v, file_, prefix_ + name + "."); }
 
   // The field's value, or nullptr when absent or null (HF writes null for "unset").
   const json* find(const std::string& name) const {
@@ -38,7 +42,7 @@ class Fields {
 
   [[noreturn]] void fail(const std::string& name, const std::string& problem,
                          const std::string& expected) const {
-    model_error(file_, name, "field '" + name + "' " + problem, expected);
+    model_error(file_, prefix_ + name, "field '" + prefix_ + name + "' " + problem, expected);
   }
 
   int integer(const std::string& name, const json& v, int min) const {
@@ -85,12 +89,15 @@ class Fields {
   }
 
   static std::string describe(const json& v) {
-    return std::string("a ") + v.type_name() + " (" + v.dump().substr(0, 40) + ")";
+    // Whole values only: cutting a dump could split a UTF-8 sequence.
+    const std::string text = v.dump();
+    return std::string("a ") + v.type_name() + (text.size() <= 40 ? " (" + text + ")" : "");
   }
 
  private:
   const json& j_;
   const std::string& file_;
+  std::string prefix_;
 };
 
 std::string architecture_of(const Fields& f) {
@@ -108,14 +115,19 @@ std::string architecture_of(const Fields& f) {
 }
 
 // Only unscaled RoPE is implemented; a scaled model would silently compute wrong logits.
-void check_rope_scaling(const Fields& f) {
-  const json* v = f.find("rope_scaling");
-  if (!v) return;
-  const std::string expected = "null or {\"rope_type\": \"default\"}";
-  if (!v->is_object()) f.fail("rope_scaling", "is " + Fields::describe(*v), expected);
-  const json type = v->value("rope_type", v->value("type", json()));
-  if (type != "default")
-    f.fail("rope_scaling", "has type " + type.dump() + ", which is not supported", expected);
+// transformers 4 writes rope_theta and rope_scaling, transformers 5 writes rope_parameters.
+float rope_theta(const Fields& f) {
+  float theta = f.optional_positive("rope_theta", 10000.0f);
+  for (const std::string name : {"rope_scaling", "rope_parameters"}) {
+    const json* v = f.find(name);
+    if (!v) continue;
+    const std::string expected = "null or an object with rope_type \"default\"";
+    if (!v->is_object()) f.fail(name, "is " + Fields::describe(*v), expected);
+    const json type = v->value("rope_type", v->value("type", json()));
+    if (type != "default") f.fail(name, "has rope type " + type.dump() + ", which is not supported", expected);
+    theta = f.nested(name, *v).optional_positive("rope_theta", theta);
+  }
+  return theta;
 }
 
 // Options that change the computation and that the engine does not implement.
@@ -124,6 +136,13 @@ void check_unsupported_options(const Fields& f) {
   if (!act.empty() && act != "silu") f.fail("hidden_act", "is '" + act + "'", "\"silu\"");
   if (f.optional_bool("use_sliding_window", false))
     f.fail("use_sliding_window", "is true: sliding-window attention is not supported", "false");
+  if (const json* types = f.find("layer_types")) {
+    if (!types->is_array()) f.fail("layer_types", "is " + Fields::describe(*types), "a list of layer types");
+    for (const json& t : *types)
+      if (t != "full_attention")
+        f.fail("layer_types", "has a layer of type " + t.dump() + ": only full attention is supported",
+               "every layer \"full_attention\"");
+  }
   if (f.optional_bool("mlp_bias", false))
     f.fail("mlp_bias", "is true: MLP biases are not supported", "false");
 }
@@ -163,13 +182,13 @@ ModelConfig parse_config(const json& j, const std::string& file) {
   // transformers' defaults for configs that omit these.
   c.max_position_embeddings = f.optional_int("max_position_embeddings", qwen2 ? 32768 : 2048);
   c.rms_norm_eps = f.optional_positive("rms_norm_eps", 1e-6f);
-  c.rope_theta = f.optional_positive("rope_theta", 10000.0f);
+  c.rope_theta = rope_theta(f);
   c.tie_word_embeddings = f.optional_bool("tie_word_embeddings", false);
   c.qkv_bias = qwen2 || f.optional_bool("attention_bias", false);
-  c.torch_dtype = f.optional_string("torch_dtype");
+  c.torch_dtype = f.optional_string("torch_dtype");  // transformers 4; 5 writes "dtype"
+  if (c.torch_dtype.empty()) c.torch_dtype = f.optional_string("dtype");
   c.bos_token_id = f.optional_int("bos_token_id", -1, 0);
   c.eos_token_ids = eos_ids(f);
-  check_rope_scaling(f);
   check_unsupported_options(f);
   return c;
 }
