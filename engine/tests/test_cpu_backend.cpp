@@ -333,6 +333,9 @@ TEST_CASE("cpu backend refuses what does not fit the context, and bad arguments"
   CHECK(backend->kv_len() == 12);
   CHECK_THROWS_AS(backend->truncate(13), EngineError);
   backend->truncate(0);
+  auto odd = std::make_shared<ModelWeights>(*tiny_model(DType::F32, false));
+  odd->config.num_kv_heads = 3;  // 4 heads cannot share 3 KV heads
+  CHECK_THROWS_AS(backend_for(odd), EngineError);
   const std::vector<int32_t> out_of_vocab = {kVocab};
   CHECK_THROWS_AS(backend->forward(out_of_vocab, 1, logits), EngineError);
   CHECK_THROWS_AS(backend->forward(random_tokens(2, 6), 3, logits), EngineError);

@@ -41,6 +41,19 @@ void add_bias(const std::vector<float>& b, int n, float* y) {
     for (size_t i = 0; i < b.size(); ++i) y[t * b.size() + i] += b[i];
 }
 
+// The config, once its attention shape is one this backend can run.
+const ModelConfig& checked_config(const ModelWeights& w) {
+  const ModelConfig& c = w.config;
+  if (c.num_kv_heads < 1 || c.num_heads % c.num_kv_heads != 0 || c.head_dim % 2 != 0) {
+    throw EngineError("model_error",
+                      "cpu backend: " + std::to_string(c.num_heads) + " heads over " +
+                          std::to_string(c.num_kv_heads) + " KV heads of dimension " +
+                          std::to_string(c.head_dim),
+                      w.source, "num_key_value_heads", "KV heads dividing the heads, and an even head_dim");
+  }
+  return c;
+}
+
 struct SmallLayerWeights {
   std::vector<float> attn_norm, mlp_norm, bq, bk, bv;
 };
@@ -49,7 +62,7 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options)
       : w_(std::move(weights)),
-        c_(w_->config),
+        c_(checked_config(*w_)),
         kernels_(select_kernels()),
         pool_(options.threads > 0 ? options.threads : physical_cores()),
         capacity_(options.context_length > 0

@@ -1,7 +1,6 @@
 #pragma once
 // exp on vectors and the two ops built on it (softmax, SwiGLU), shared by every
 // instruction set. Instantiated only through make_kernels.h.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -29,7 +28,11 @@ inline typename Isa::V exp(typename Isa::V x) {
 template <class Isa>
 void softmax(float* s, int64_t n, float scale) {
   using V = typename Isa::V;
-  const float shift = -scale * *std::max_element(s, s + n);
+  // A plain loop, not std::max_element: an out-of-line copy of a std template built
+  // with this file's -mavx512f could be the one the linker keeps for everyone.
+  float max = s[0];
+  for (int64_t i = 1; i < n; ++i) max = s[i] > max ? s[i] : max;
+  const float shift = -scale * max;
   const V vscale = Isa::set1(scale), vshift = Isa::set1(shift);
   V vsum = Isa::zero();
   float sum = 0.0f;
