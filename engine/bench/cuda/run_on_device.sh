@@ -39,4 +39,8 @@ for shape in ${SHAPES:-qwen2.5-coder-0.5b qwen2.5-coder-1.5b qwen2.5-coder-7b}; 
   log "bench $shape: exit $?"
   cat "$OUT/bench-$shape.txt"
 done
+if [ "${PDL_COMPARE:-1}" = 1 ]; then
+  RUNAHEAD_CUDA_PDL=0 timeout 60 $BUILD/cuda-bench --random-shape qwen2.5-coder-0.5b --ctx 512 --tokens 256 \
+    --prefill 0 --reps 50 2>&1 | grep -E "^decode" | sed 's/^/without PDL: /' | tee -a "$OUT/summary.txt"
+fi
 log "done"

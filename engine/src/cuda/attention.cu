@@ -25,7 +25,9 @@ __device__ __forceinline__ float block_reduce(float v, bool is_max, float* red) 
 }
 
 // grid (splits, heads, n); block kThreads. Partial of split s: [m, l, acc[head_dim]] with
-// m the largest raw score, l = sum exp((s - m) * scale), acc = sum exp(...) v.
+// m the largest raw score, l = sum exp((s - m) * scale), acc = sum exp(...) v. Every load
+// of a block is independent of the others, so a block costs a few memory latencies:
+// one thread per position for the scores, (column, position group) threads for P V.
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttention a, const float* q,
                                                                    const int* pos, float* out) {
   extern __shared__ float smem[];
@@ -35,28 +37,33 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   pdl_trigger();
   const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, S = gridDim.x;
   const int hd = a.head_dim, kv_dim = a.kv_heads * hd, kv = h / (a.heads / a.kv_heads);
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const float scale = rsqrtf(float(hd));
   const int len = *pos + t + 1;
   const int chunk = (len + S - 1) / S;
   const int begin = min(len, split * chunk), end = min(len, begin + chunk), count = end - begin;
-  float* qs = smem;
-  float* scores = smem + hd;
+  float* qs = smem;                                   // [hd]
+  float* sums = qs + hd;                              // [kThreads * 4]: P V per position group
+  float* scores = sums + kThreads * 4;                // [chunk]
   for (int d = threadIdx.x; d < hd; d += kThreads) qs[d] = q[(size_t(t) * a.heads + h) * hd + d];
   __syncthreads();
 
   const float* K = a.k_cache + size_t(kv) * hd;
   const float* V = a.v_cache + size_t(kv) * hd;
-  for (int i = warp; i < count; i += kWarps) {
-    const float* k = K + size_t(begin + i) * kv_dim;
-    float dot = 0.0f;
-    for (int d = lane; d < hd; d += kWarp) dot = fmaf(qs[d], k[d], dot);
-    dot = warp_sum(dot);
-    if (lane == 0) scores[i] = dot;
-  }
-  __syncthreads();
   float m = -INFINITY;
-  for (int i = threadIdx.x; i < count; i += kThreads) m = fmaxf(m, scores[i]);
+  for (int i = threadIdx.x; i < count; i += kThreads) {
+    const float4* k = reinterpret_cast<const float4*>(K + size_t(begin + i) * kv_dim);
+    float dot = 0.0f;
+#pragma unroll 8
+    for (int e = 0; e < hd / 4; ++e) {
+      const float4 kv4 = k[e];
+      dot = fmaf(qs[4 * e], kv4.x, dot);
+      dot = fmaf(qs[4 * e + 1], kv4.y, dot);
+      dot = fmaf(qs[4 * e + 2], kv4.z, dot);
+      dot = fmaf(qs[4 * e + 3], kv4.w, dot);
+    }
+    scores[i] = dot;
+    m = fmaxf(m, dot);
+  }
   m = block_reduce(m, true, red);
   float l = 0.0f;
   for (int i = threadIdx.x; i < count; i += kThreads) {
@@ -66,12 +73,25 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   }
   l = block_reduce(l, false, red);  // its barriers also publish scores[]
 
+  const int cols = hd / 4, groups = kThreads / cols, col = threadIdx.x % cols, group = threadIdx.x / cols;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (group < groups) {
+#pragma unroll 4
+    for (int i = group; i < count; i += groups) {
+      const float p = scores[i];
+      const float4 v = reinterpret_cast<const float4*>(V + size_t(begin + i) * kv_dim)[col];
+      acc.x = fmaf(p, v.x, acc.x), acc.y = fmaf(p, v.y, acc.y), acc.z = fmaf(p, v.z, acc.z), acc.w = fmaf(p, v.w, acc.w);
+    }
+    reinterpret_cast<float4*>(sums)[group * cols + col] = acc;
+  }
+  __syncthreads();
+
   const size_t stride = size_t(hd) + 2;
   float* part = a.partial + (size_t(t) * a.heads + h) * S * stride;
   for (int d = threadIdx.x; d < hd; d += kThreads) {
-    float acc = 0.0f;
-    for (int i = 0; i < count; ++i) acc = fmaf(scores[i], V[size_t(begin + i) * kv_dim + d], acc);
-    part[split * stride + 2 + d] = acc;
+    float total = 0.0f;
+    for (int g = 0; g < groups; ++g) total += sums[g * hd + d];
+    part[split * stride + 2 + d] = total;
   }
   if (threadIdx.x == 0) {
     part[split * stride] = m;
@@ -185,7 +205,7 @@ __global__ void __launch_bounds__(kPrefillWarps * kWarp) attention_prefill_kerne
 }
 
 size_t decode_smem(const DecodeAttention& a) {
-  return (size_t(a.head_dim) + (a.capacity + a.splits - 1) / a.splits) * sizeof(float);
+  return (size_t(a.head_dim) + kThreads * 4 + (a.capacity + a.splits - 1) / a.splits) * sizeof(float);
 }
 
 }  // namespace
@@ -198,6 +218,9 @@ size_t attention_partial_floats(int heads, int head_dim, int splits) {
 
 void attention_decode(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
                       cudaStream_t stream) {
+  if (a.head_dim % 4 != 0 || kThreads % (a.head_dim / 4) != 0 || a.head_dim > kMaxHeadDim)
+    throw EngineError("unsupported", "head_dim " + std::to_string(a.head_dim) +
+                                         ": the CUDA attention needs a multiple of 4 that divides 512, at most 128");
   const size_t smem = decode_smem(a);
   if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),

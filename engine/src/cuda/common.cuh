@@ -110,31 +110,31 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// acc[r][t] = sum_k w[r][k] * x[t * ldx + k] * (g ? g[k] : 1)   for r < R, t < n <= NT,
-// k < K (a multiple of the chunk width). Each lane streams 16-byte weight chunks, U of
-// them per row in flight; the result is summed across the warp and valid in every lane.
+// acc[r][t] = sum_k w[r][k] * x[t * ldx + k] * (g ? g[k] : 1)   for r < R, t < n <= NT and
+// k in 16-byte chunks [c_begin, c_end) of the rows. Each lane streams 16-byte weight
+// chunks, U of them per row in flight; the result is summed across the warp and valid in
+// every lane. x may live in shared or global memory.
 template <class W, int R, int NT>
-__device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int K, const float* x, int ldx,
+__device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begin, int c_end, const float* x, int ldx,
                                               int n, const float* g, float (&acc)[R][NT]) {
   constexpr int E = Chunk<W>::kElems;
   constexpr int U = R == 1 ? 8 : 4;
   const int lane = threadIdx.x % kWarp;
-  const int chunks = K / E;
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-  for (int c0 = lane; c0 < chunks; c0 += kWarp * U) {
+  for (int c0 = c_begin + lane; c0 < c_end; c0 += kWarp * U) {
     uint4 wv[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        wv[u][r] = c0 + kWarp * u < chunks ? load_stream(w[r] + size_t(c0 + kWarp * u) * E) : make_uint4(0, 0, 0, 0);
+        wv[u][r] = c0 + kWarp * u < c_end ? load_stream(w[r] + size_t(c0 + kWarp * u) * E) : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + kWarp * u;
-      if (c >= chunks) break;
+      if (c >= c_end) break;
       float gv[E];
 #pragma unroll
       for (int e = 0; e < E; ++e) gv[e] = 1.0f;
@@ -154,7 +154,7 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int K, con
         float xv[E];
 #pragma unroll
         for (int e = 0; e < E; e += 4) {
-          const float4 v = __ldg(reinterpret_cast<const float4*>(x + size_t(t) * ldx + c * E + e));
+          const float4 v = *reinterpret_cast<const float4*>(x + size_t(t) * ldx + c * E + e);
           xv[e] = v.x * gv[e], xv[e + 1] = v.y * gv[e + 1], xv[e + 2] = v.z * gv[e + 2], xv[e + 3] = v.w * gv[e + 3];
         }
 #pragma unroll
@@ -168,6 +168,94 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int K, con
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = warp_sum(acc[r][t]);
+}
+
+// The matrix-vector ops run blocks of kGemvWarps warps. A unit (R rows) is shared by
+// `split` warps, each taking a contiguous part of K, so matrices with few rows still
+// keep every multiprocessor's loads in flight.
+constexpr int kGemvWarps = 8;
+constexpr int kGemvThreads = kGemvWarps * kWarp;
+
+struct GemvSplit {
+  int split, slot, part, c_begin, c_end;
+  __device__ GemvSplit(int split_, int chunks) : split(split_) {
+    const int warp = threadIdx.x / kWarp;
+    slot = warp / split;
+    part = warp % split;
+    const int per_part = (chunks + split - 1) / split;
+    c_begin = min(chunks, part * per_part);
+    c_end = min(chunks, c_begin + per_part);
+  }
+  __device__ int units_per_block() const { return kGemvWarps / split; }
+};
+
+// Visits every unit once: rows_of(u, w) names its R row pointers, epilogue(u, acc) runs
+// in the warp holding the full sums (lane t owns token t). Every thread of the block
+// calls it (it synchronises when split > 1); `red` holds kGemvWarps * R * NT floats.
+template <class W, int R, int NT, class RowsOf, class Epilogue>
+__device__ __forceinline__ void block_gemv(int units, int K, int split, const float* x, int ldx, int n, const float* g,
+                                           float* red, RowsOf rows_of, Epilogue epilogue) {
+  const GemvSplit s(split, K / Chunk<W>::kElems);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  for (int base = blockIdx.x * s.units_per_block(); base < units; base += gridDim.x * s.units_per_block()) {
+    const int u = base + s.slot;
+    float acc[R][NT];
+    if (u < units) {
+      const W* w[R];
+      rows_of(u, w);
+      warp_dot_rows<W, R, NT>(w, s.c_begin, s.c_end, x, ldx, n, g, acc);
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+    }
+    if (split > 1) {
+      if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int t = 0; t < NT; ++t) red[(warp * R + r) * NT + t] = acc[r][t];
+      __syncthreads();
+      if (s.part == 0)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            float sum = 0.0f;
+            for (int p = 0; p < split; ++p) sum += red[((warp + p) * R + r) * NT + t];
+            acc[r][t] = sum;
+          }
+      __syncthreads();
+    }
+    if (s.part == 0 && u < units) epilogue(u, acc);
+  }
+}
+
+// Before pdl_wait(): pulls this warp's share of its first unit towards L2.
+template <class W, int R, class RowsOf>
+__device__ __forceinline__ void prefetch_first_unit(int units, int K, int split, RowsOf rows_of) {
+  const GemvSplit s(split, K / Chunk<W>::kElems);
+  const int u = blockIdx.x * s.units_per_block() + s.slot;
+  if (u >= units) return;
+  const W* w[R];
+  rows_of(u, w);
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    prefetch_l2(w[r] + size_t(s.c_begin) * Chunk<W>::kElems, size_t(s.c_end - s.c_begin) * 16, threadIdx.x % kWarp);
+}
+
+// Host side: warps per unit, so that about two rounds of units cover the resident warps.
+inline int gemv_split(int units, int sms) {
+  int split = 1;
+  while (split < kGemvWarps && size_t(units) * split < size_t(sms) * 64) split *= 2;
+  return split;
+}
+
+// Stages h[k] = x[k] * inv * g[k] (one token) in shared memory for the dot products.
+__device__ __forceinline__ void stage_normed(const float* x, float inv, const float* g, int K, float* h) {
+  for (int k = threadIdx.x; k < K; k += blockDim.x) h[k] = x[k] * inv * g[k];
+  __syncthreads();
 }
 
 // inv[t] = 1 / sqrt(mean(x[t, :]^2) + eps) for t < n <= NT, x: [n, H]; every thread of the
@@ -206,7 +294,7 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
                 Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -228,15 +316,15 @@ __device__ __forceinline__ void finish_step(const StepEnd& end, const int32_t* t
   if (end.pos) *end.pos = p0 + end.advance;
 }
 
-// Blocks for a grid-stride kernel: enough to cover `units` (warps_per_block each), at
-// most `per_sm` per multiprocessor, so the whole grid is resident in one wave.
+// Blocks for a grid-stride kernel: enough to cover `units` (units_per_block each), at most
+// as many as can be resident at once, so the whole grid runs in one wave.
 template <class Kernel>
-int resident_blocks(Kernel kernel, int threads, size_t smem, int units, int warps_per_block, int sms) {
+int resident_blocks(Kernel kernel, int threads, size_t smem, int units, int units_per_block, int sms) {
   int per_sm = 0;
   check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
              "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   if (per_sm < 1) per_sm = 1;
-  const int needed = (units + warps_per_block - 1) / warps_per_block;
+  const int needed = (units + units_per_block - 1) / units_per_block;
   return needed < sms * per_sm ? (needed > 0 ? needed : 1) : sms * per_sm;
 }
 

@@ -30,6 +30,7 @@ using namespace cuda;
 // and every decode/verify step keep f32 activations.
 constexpr int kTensorCoreMinTokens = 64;
 constexpr int kPrefillChunk = 2048;
+constexpr unsigned kPrefillGemm = 1, kPrefillAttention = 2, kPrefillOther = 4, kAllPrefillOps = 7;
 
 DeviceBuffer upload(const void* data, size_t bytes) {
   DeviceBuffer b(bytes);
@@ -118,7 +119,7 @@ class CudaBackendImpl final : public CudaBackend {
               {"activations", "f32"},
               {"kv_cache", "f32"},
               {"decode_step_cuda_graph", true},
-              {"programmatic_dependent_launch", true},
+              {"programmatic_dependent_launch", pdl_enabled()},
               {"device_argmax_and_sampling", true},
               {"fused_rmsnorm_qkv_rope_kv_append", true},
               {"fused_rmsnorm_gate_up_swiglu", true},
@@ -281,6 +282,38 @@ class CudaBackendImpl final : public CudaBackend {
     return out;
   }
 
+  nlohmann::json profile_prefill_ops(int n) override {
+    if (w_->dtype != DType::BF16 || n < kTensorCoreMinTokens || n > prefill_rows_ || n > capacity_) return {};
+    set_position(0);
+    const double H = c_.hidden_size, qd = c_.num_heads * c_.head_dim, kvd = c_.num_kv_heads * c_.head_dim;
+    const double layer_params = (qd + 2 * kvd) * H + H * qd + 3.0 * c_.intermediate_size * H;
+    const double flops = 2.0 * n * layer_params * c_.num_layers;
+    nlohmann::json out = nlohmann::json::array();
+    const std::pair<const char*, unsigned> kinds[] = {{"gemm_bf16 (all projections)", kPrefillGemm},
+                                                      {"attention_prefill", kPrefillAttention},
+                                                      {"norms, rope, swiglu, conversions", kPrefillOther},
+                                                      {"all", kAllPrefillOps}};
+    for (const auto& [name, ops] : kinds) {
+      enqueue_prefill_layers(n, ops);  // warm
+      cudaEvent_t begin, end;
+      check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+      check_cuda(cudaEventCreate(&end), "cudaEventCreate");
+      check_cuda(cudaEventRecord(begin, stream_), "cudaEventRecord");
+      enqueue_prefill_layers(n, ops);
+      check_cuda(cudaEventRecord(end, stream_), "cudaEventRecord");
+      check_cuda(cudaEventSynchronize(end), "profile prefill");
+      float ms = 0;
+      check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+      cudaEventDestroy(begin);
+      cudaEventDestroy(end);
+      nlohmann::json row = {{"op", name}, {"ms", ms}};
+      if (ops == kPrefillGemm) row["tflop_per_s"] = flops / (ms * 1e-3) / 1e12;
+      out.push_back(row);
+    }
+    set_position(0);
+    return out;
+  }
+
  private:
   void validate() const {
     const int hd = c_.head_dim, E = w_->dtype == DType::F32 ? 4 : 8;
@@ -292,6 +325,7 @@ class CudaBackendImpl final : public CudaBackend {
     need(c_.hidden_size % E == 0 && c_.intermediate_size % E == 0 && (c_.num_heads * hd) % E == 0,
          "hidden, intermediate and attention widths divisible by " + std::to_string(E));
     need(c_.hidden_size % 2 == 0 && c_.vocab_size % 2 == 0, "even hidden and vocabulary sizes");
+    need(hd % 4 == 0 && hd <= 128 && 128 % (hd / 4) == 0, "a head_dim of 8, 16, 32, 64 or 128");
   }
 
   void upload_weights() {
@@ -505,25 +539,27 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   // The layers of n tokens (tokens_d_) on tensor cores; x_ ends with their hidden states.
-  void enqueue_prefill_layers(int n) {
+  // `ops` selects op kinds (all by default; the benchmark times them one kind at a time).
+  void enqueue_prefill_layers(int n, unsigned ops = kAllPrefillOps) {
     const int H = c_.hidden_size, I = c_.intermediate_size, qd = c_.num_heads * c_.head_dim;
     const int qkv_rows = qd + 2 * c_.num_kv_heads * c_.head_dim;
     const int* pos = pos_d_.get<int>();
     float* x = x_.get<float>();
     void* h = h_bf16_.get();
-    enqueue_embedding(n);
+    const bool gemm = ops & kPrefillGemm, attention = ops & kPrefillAttention, other = ops & kPrefillOther;
+    if (other) enqueue_embedding(n);
     for (int l = 0; l < c_.num_layers; ++l) {
       const DeviceLayer& d = layers_[l];
-      rmsnorm_to_bf16(x, d.attn_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
-      gemm_bf16(h, d.wqkv.get(), n, qkv_rows, H, qkv_.get<float>(), false, stream_);
-      bias_rope_append(qkv_args(l), qkv_.get<float>(), n, pos, q_.get<float>(), stream_);
-      attention_prefill(attention_args(l), q_.get<float>(), n, pos, att_.get<float>(), stream_);
-      to_bf16(att_.get<float>(), size_t(n) * qd, h, stream_);
-      gemm_bf16(h, d.wo.get(), n, H, qd, x, true, stream_);
-      rmsnorm_to_bf16(x, d.mlp_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
-      gemm_bf16(h, d.w_gate_up.get(), n, 2 * I, H, gate_up_.get<float>(), false, stream_);
-      swiglu_to_bf16(gate_up_.get<float>(), n, I, h, stream_);
-      gemm_bf16(h, d.w_down.get(), n, H, I, x, true, stream_);
+      if (other) rmsnorm_to_bf16(x, d.attn_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
+      if (gemm) gemm_bf16(h, d.wqkv.get(), n, qkv_rows, H, qkv_.get<float>(), false, stream_);
+      if (other) bias_rope_append(qkv_args(l), qkv_.get<float>(), n, pos, q_.get<float>(), stream_);
+      if (attention) attention_prefill(attention_args(l), q_.get<float>(), n, pos, att_.get<float>(), stream_);
+      if (other) to_bf16(att_.get<float>(), size_t(n) * qd, h, stream_);
+      if (gemm) gemm_bf16(h, d.wo.get(), n, H, qd, x, true, stream_);
+      if (other) rmsnorm_to_bf16(x, d.mlp_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
+      if (gemm) gemm_bf16(h, d.w_gate_up.get(), n, 2 * I, H, gate_up_.get<float>(), false, stream_);
+      if (other) swiglu_to_bf16(gate_up_.get<float>(), n, I, h, stream_);
+      if (gemm) gemm_bf16(h, d.w_down.get(), n, H, I, x, true, stream_);
     }
   }
 

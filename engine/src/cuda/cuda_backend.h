@@ -33,6 +33,8 @@ class CudaBackend : public Backend {
   // own, replayed `reps` times).
   virtual double time_decode_steps(int steps) = 0;
   virtual nlohmann::json profile_decode_ops(int reps) = 0;
+  // The time of each op kind of an n-token tensor-core prefill alone (the cache is reset).
+  virtual nlohmann::json profile_prefill_ops(int n) = 0;
 };
 
 // Throws EngineError{"cuda_error"} when no device is usable, {"unsupported"} for a model

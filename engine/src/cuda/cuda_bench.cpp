@@ -138,6 +138,7 @@ nlohmann::json bench(const CudaBenchArgs& a) {
   const nlohmann::json ops = backend->profile_decode_ops(a.reps);
   double ops_us = 0;
   for (const auto& op : ops) ops_us += op["us_per_step"].get<double>();
+  const nlohmann::json prefill_ops = backend->profile_prefill_ops(a.prefill);
 
   const double bound_ms = double(weights->weight_bytes) / bandwidth * 1e3;
   return {{"backend", "cuda"},
@@ -157,6 +158,7 @@ nlohmann::json bench(const CudaBenchArgs& a) {
           {"context_prefill_ms", ctx_prefill_ms},
           {"ops", ops},
           {"ops_sum_us", ops_us},
+          {"prefill_ops", prefill_ops},
           {"optimizations", backend->describe()["optimizations"]}};
 }
 
@@ -177,6 +179,12 @@ void print_report(const nlohmann::json& r) {
                 op["us_per_step"].get<double>(), op["bytes_per_step"].get<double>() / 1e6, op["gb_per_s"].get<double>());
   std::printf("  %-30s %9.1f us/step (whole step %.1f us)\n", "sum", r["ops_sum_us"].get<double>(),
               r["decode_ms_per_token"].get<double>() * 1e3);
+  if (!r["prefill_ops"].empty()) std::printf("prefill of %d tokens by op kind (alone):\n", r["prefill_tokens"].get<int>());
+  for (const auto& op : r["prefill_ops"])
+    std::printf("  %-34s %8.2f ms%s\n", op["op"].get<std::string>().c_str(), op["ms"].get<double>(),
+                op.contains("tflop_per_s")
+                    ? (" (" + std::to_string(int(op["tflop_per_s"].get<double>())) + " TFLOP/s)").c_str()
+                    : "");
 }
 
 }  // namespace

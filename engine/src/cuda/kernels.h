@@ -13,6 +13,10 @@
 
 namespace runahead::cuda {
 
+// RUNAHEAD_CUDA_PDL=0 in the environment turns programmatic dependent launch off, to
+// measure what it gains.
+bool pdl_enabled();
+
 // The matrix-vector ops serve up to this many tokens per pass over the weights.
 constexpr int kMaxVecTokens = 8;
 

@@ -6,59 +6,62 @@
 namespace runahead::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / kWarp;
-
 // (value, index) ordered by value, then by the lower index (torch.argmax keeps the first).
 __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i) {
   return v > best_v || (v == best_v && i < best_i);
 }
 
-// One warp per pair of vocabulary rows, grid-stride. Each block leaves its best
-// (value, index) per token in `partial`; the last block to finish reduces them.
+// One pair of vocabulary rows per unit. Each block leaves its best (value, index) per
+// token in `partial`; the last block to finish reduces them and ends the step.
 template <class W, int NT>
-__global__ void __launch_bounds__(kThreads) rmsnorm_lm_head_argmax_kernel(LmHead a, const float* x, int n,
-                                                                         float* logits, StepEnd end) {
-  __shared__ float scratch[NT * kWarps];
+__global__ void __launch_bounds__(kGemvThreads) rmsnorm_lm_head_argmax_kernel(LmHead a, const float* x, int n,
+                                                                             float* logits, StepEnd end,
+                                                                             int split) {
+  extern __shared__ float staged[];
+  __shared__ float scratch[NT * kGemvWarps];
   __shared__ float inv[NT];
-  __shared__ float best_v[kWarps][NT];
-  __shared__ int best_i[kWarps][NT];
+  __shared__ float red[kGemvWarps * 2 * NT];
+  __shared__ float best_v[kGemvWarps][NT];
+  __shared__ int best_i[kGemvWarps][NT];
   __shared__ int32_t tokens[NT];
   __shared__ bool last;
-  const int lane = threadIdx.x % kWarp, warp_in_block = threadIdx.x / kWarp;
-  const int warp = blockIdx.x * kWarps + warp_in_block, warps = gridDim.x * kWarps;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int H = a.hidden, units = a.vocab / 2;
   const W* w = static_cast<const W*>(a.w);
-  if (warp < units) prefetch_l2(w + size_t(2 * warp) * H, size_t(2) * H * sizeof(W), lane);
+  auto rows_of = [&](int u, const W* (&rows)[2]) {
+    rows[0] = w + size_t(2 * u) * H;
+    rows[1] = w + size_t(2 * u + 1) * H;
+  };
+  prefetch_first_unit<W, 2>(units, H, split, rows_of);
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
+  if (NT == 1) stage_normed(x, inv[0], a.norm, H, staged);
   float my_v = -INFINITY;  // lane t keeps token t's best
   int my_i = 0x7fffffff;
-  for (int u = warp; u < units; u += warps) {
-    const W* rows[2] = {w + size_t(2 * u) * H, w + size_t(2 * u + 1) * H};
-    float acc[2][NT];
-    warp_dot_rows<W, 2, NT>(rows, H, x, H, n, a.norm, acc);
+  block_gemv<W, 2, NT>(units, H, split, NT == 1 ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
+                       [&](int u, float (&acc)[2][NT]) {
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      if (t < n && lane == t) {
-        const float v0 = acc[0][t] * inv[t], v1 = acc[1][t] * inv[t];
-        *reinterpret_cast<float2*>(logits + size_t(t) * a.vocab + 2 * u) = make_float2(v0, v1);
-        if (better(v0, 2 * u, my_v, my_i)) my_v = v0, my_i = 2 * u;
-        if (better(v1, 2 * u + 1, my_v, my_i)) my_v = v1, my_i = 2 * u + 1;
-      }
-    }
-  }
+                         for (int t = 0; t < NT; ++t) {
+                           if (t < n && lane == t) {
+                             const float scale = NT == 1 ? 1.0f : inv[t];
+                             const float v0 = acc[0][t] * scale, v1 = acc[1][t] * scale;
+                             *reinterpret_cast<float2*>(logits + size_t(t) * a.vocab + 2 * u) = make_float2(v0, v1);
+                             if (better(v0, 2 * u, my_v, my_i)) my_v = v0, my_i = 2 * u;
+                             if (better(v1, 2 * u + 1, my_v, my_i)) my_v = v1, my_i = 2 * u + 1;
+                           }
+                         }
+                       });
   if (lane < NT) {
-    best_v[warp_in_block][lane] = my_v;
-    best_i[warp_in_block][lane] = my_i;
+    best_v[warp][lane] = my_v;
+    best_i[warp][lane] = my_i;
   }
   __syncthreads();
   if (threadIdx.x < n) {
     const int t = threadIdx.x;
     float v = best_v[0][t];
     int i = best_i[0][t];
-    for (int k = 1; k < kWarps; ++k)
+    for (int k = 1; k < kGemvWarps; ++k)
       if (better(best_v[k][t], best_i[k][t], v, i)) v = best_v[k][t], i = best_i[k][t];
     a.partial[(size_t(blockIdx.x) * n + t) * 2] = v;
     a.partial[(size_t(blockIdx.x) * n + t) * 2 + 1] = __int_as_float(i);
@@ -96,9 +99,10 @@ __global__ void advance_position_kernel(int* pos, int advance) {
 }  // namespace
 
 int lm_head_blocks(int vocab, int sms) {
-  // Enough warps for every pair of rows, at most 8 blocks per multiprocessor.
-  const int needed = (vocab / 2 + kWarps - 1) / kWarps;
-  return needed < 8 * sms ? needed : 8 * sms;
+  // Enough for every pair of rows, at most 4 blocks per multiprocessor (one wave).
+  const int units = vocab / 2, per_block = kGemvWarps / gemv_split(units, sms);
+  const int needed = (units + per_block - 1) / per_block;
+  return needed < 4 * sms ? needed : 4 * sms;
 }
 
 void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logits, const StepEnd& end, int sms,
@@ -106,7 +110,9 @@ void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logit
   with_weight_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? rmsnorm_lm_head_argmax_kernel<W, 1> : rmsnorm_lm_head_argmax_kernel<W, kMaxVecTokens>;
-    launch_pdl(kernel, dim3(lm_head_blocks(a.vocab, sms)), dim3(kThreads), 0, stream, a, x, n, logits, end);
+    const size_t smem = n == 1 ? size_t(a.hidden) * sizeof(float) : 0;
+    launch_pdl(kernel, dim3(lm_head_blocks(a.vocab, sms)), dim3(kGemvThreads), smem, stream, a, x, n, logits, end,
+               gemv_split(a.vocab / 2, sms));
   });
 }
 

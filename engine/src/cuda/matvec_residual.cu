@@ -5,24 +5,23 @@
 namespace runahead::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / kWarp;
-
-// One warp per pair of output rows, grid-stride; each row of x is owned by one warp,
-// so the read-modify-write of the residual needs no atomics.
+// One pair of output rows per unit; each row of x is owned by one warp, so the
+// read-modify-write of the residual needs no atomics.
 template <class W, int NT>
-__global__ void __launch_bounds__(kThreads) matvec_residual_add_kernel(const W* w, int rows, int K, const float* in,
-                                                                      int n, float* x) {
-  const int lane = threadIdx.x % kWarp;
-  const int warp = blockIdx.x * kWarps + threadIdx.x / kWarp, warps = gridDim.x * kWarps;
+__global__ void __launch_bounds__(kGemvThreads) matvec_residual_add_kernel(const W* w, int rows, int K,
+                                                                          const float* in, int n, float* x,
+                                                                          int split) {
+  __shared__ float red[kGemvWarps * 2 * NT];
   const int units = rows / 2;
-  if (warp < units) prefetch_l2(w + size_t(2 * warp) * K, size_t(2) * K * sizeof(W), lane);
+  auto rows_of = [&](int u, const W* (&pair)[2]) {
+    pair[0] = w + size_t(2 * u) * K;
+    pair[1] = w + size_t(2 * u + 1) * K;
+  };
+  prefetch_first_unit<W, 2>(units, K, split, rows_of);
   pdl_wait();
   pdl_trigger();
-  for (int u = warp; u < units; u += warps) {
-    const W* pair[2] = {w + size_t(2 * u) * K, w + size_t(2 * u + 1) * K};
-    float acc[2][NT];
-    warp_dot_rows<W, 2, NT>(pair, K, in, K, n, nullptr, acc);
+  block_gemv<W, 2, NT>(units, K, split, in, K, n, nullptr, red, rows_of, [&](int u, float (&acc)[2][NT]) {
+    const int lane = threadIdx.x % kWarp;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (t < n && lane == t) {
@@ -31,18 +30,20 @@ __global__ void __launch_bounds__(kThreads) matvec_residual_add_kernel(const W* 
         *out = make_float2(old.x + acc[0][t], old.y + acc[1][t]);
       }
     }
-  }
+  });
 }
 
 }  // namespace
 
 void matvec_residual_add(const void* w, DType dtype, int rows, int K, const float* in, int n, float* x, int sms,
                          cudaStream_t stream) {
+  const int split = gemv_split(rows / 2, sms);
   with_weight_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? matvec_residual_add_kernel<W, 1> : matvec_residual_add_kernel<W, kMaxVecTokens>;
-    const int blocks = resident_blocks(kernel, kThreads, 0, rows / 2, kWarps, sms);
-    launch_pdl(kernel, dim3(blocks), dim3(kThreads), 0, stream, static_cast<const W*>(w), rows, K, in, n, x);
+    const int blocks = resident_blocks(kernel, kGemvThreads, 0, rows / 2, kGemvWarps / split, sms);
+    launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), 0, stream, static_cast<const W*>(w), rows, K, in, n, x,
+               split);
   });
 }
 

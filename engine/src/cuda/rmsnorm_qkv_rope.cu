@@ -8,9 +8,6 @@
 namespace runahead::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / kWarp;
-
 // Rows are visited in pairs that RoPE rotates together: (i, i + head_dim/2) of a q or k
 // head, or two neighbouring v rows.
 struct RowPair {
@@ -52,35 +49,41 @@ __device__ __forceinline__ void rope_and_store(const QkvRope& a, RowPair r, floa
   }
 }
 
-// One warp per row pair, grid-stride; NT >= n tokens share each pass over the weights.
+// One row pair per unit; NT >= n tokens share each pass over the weights. For one token
+// the normalised input is staged in shared memory.
 template <class W, int NT>
-__global__ void __launch_bounds__(kThreads) rmsnorm_qkv_rope_append_kernel(QkvRope a, const float* x, int n,
-                                                                          const int* pos, float* q_out) {
-  __shared__ float scratch[NT * kWarps];
+__global__ void __launch_bounds__(kGemvThreads) rmsnorm_qkv_rope_append_kernel(QkvRope a, const float* x, int n,
+                                                                              const int* pos, float* q_out,
+                                                                              int split) {
+  extern __shared__ float staged[];
+  __shared__ float scratch[NT * kGemvWarps];
   __shared__ float inv[NT];
-  const int lane = threadIdx.x % kWarp;
-  const int warp = blockIdx.x * kWarps + threadIdx.x / kWarp, warps = gridDim.x * kWarps;
+  __shared__ float red[kGemvWarps * 2 * NT];
   const int q_dim = a.heads * a.head_dim, kv_dim = a.kv_heads * a.head_dim, H = a.hidden;
   const int units = (q_dim + 2 * kv_dim) / 2;
   const W* w = static_cast<const W*>(a.w);
-  if (warp < units) {
-    const RowPair r = row_pair(warp, q_dim, kv_dim, a.head_dim);
-    prefetch_l2(w + size_t(r.first) * H, size_t(H) * sizeof(W), lane);
-    prefetch_l2(w + size_t(r.second) * H, size_t(H) * sizeof(W), lane);
-  }
+  auto rows_of = [&](int u, const W* (&rows)[2]) {
+    const RowPair r = row_pair(u, q_dim, kv_dim, a.head_dim);
+    rows[0] = w + size_t(r.first) * H;
+    rows[1] = w + size_t(r.second) * H;
+  };
+  prefetch_first_unit<W, 2>(units, H, split, rows_of);
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
+  if (NT == 1) stage_normed(x, inv[0], a.norm, H, staged);
   const int p0 = *pos;
-  for (int u = warp; u < units; u += warps) {
-    const RowPair r = row_pair(u, q_dim, kv_dim, a.head_dim);
-    const W* rows[2] = {w + size_t(r.first) * H, w + size_t(r.second) * H};
-    float acc[2][NT];
-    warp_dot_rows<W, 2, NT>(rows, H, x, H, n, a.norm, acc);
+  block_gemv<W, 2, NT>(units, H, split, NT == 1 ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
+                       [&](int u, float (&acc)[2][NT]) {
+                         const RowPair r = row_pair(u, q_dim, kv_dim, a.head_dim);
+                         const int lane = threadIdx.x % kWarp;
 #pragma unroll
-    for (int t = 0; t < NT; ++t)
-      if (t < n && lane == t) rope_and_store(a, r, acc[0][t] * inv[t], acc[1][t] * inv[t], t, p0 + t, q_out);
-  }
+                         for (int t = 0; t < NT; ++t) {
+                           const float scale = NT == 1 ? 1.0f : inv[t];
+                           if (t < n && lane == t)
+                             rope_and_store(a, r, acc[0][t] * scale, acc[1][t] * scale, t, p0 + t, q_out);
+                         }
+                       });
 }
 
 // Prefill: the projection came from the tensor-core GEMM; one thread per row pair and token.
@@ -103,11 +106,13 @@ __global__ void bias_rope_append_kernel(QkvRope a, const float* qkv, int n, cons
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out, int sms,
                              cudaStream_t stream) {
   const int units = (a.heads + 2 * a.kv_heads) * a.head_dim / 2;
+  const int split = gemv_split(units, sms);
+  const size_t smem = n == 1 ? size_t(a.hidden) * sizeof(float) : 0;
   with_weight_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? rmsnorm_qkv_rope_append_kernel<W, 1> : rmsnorm_qkv_rope_append_kernel<W, kMaxVecTokens>;
-    const int blocks = resident_blocks(kernel, kThreads, 0, units, kWarps, sms);
-    launch_pdl(kernel, dim3(blocks), dim3(kThreads), 0, stream, a, x, n, pos, q_out);
+    const int blocks = resident_blocks(kernel, kGemvThreads, smem, units, kGemvWarps / split, sms);
+    launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, a, x, n, pos, q_out, split);
   });
 }
 
