@@ -1,11 +1,10 @@
 #include "model/config.h"
 
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "model/json_file.h"
 #include "model/model_error.h"
 
 namespace runahead {
@@ -195,17 +194,9 @@ ModelConfig parse_config(const json& j, const std::string& file) {
 
 ModelConfig load_config(const std::filesystem::path& model_dir) {
   const std::filesystem::path path = model_dir / "config.json";
-  const std::string file = path.string();
   if (!std::filesystem::is_directory(model_dir))
-    model_error(model_dir.string(), "model", "model folder does not exist",
-                "a Hugging Face model folder");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) model_error(file, "", "missing config.json", "a Hugging Face config.json in the model folder");
-  std::stringstream text;
-  text << in.rdbuf();
-  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) model_error(file, "", "is not valid JSON", "a JSON object");
-  return parse_config(j, file);
+    model_error(model_dir.string(), "model", "model folder does not exist", "a Hugging Face model folder");
+  return parse_config(read_json_file(path, "a Hugging Face config.json in the model folder"), path.string());
 }
 
 }  // namespace runahead

@@ -1,9 +1,8 @@
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "model/json_file.h"
 #include "model/model_error.h"
 #include "model/safetensors.h"
 
@@ -16,12 +15,8 @@ namespace {
 // model.safetensors.index.json: {"weight_map": {"<tensor>": "<shard file>", ...}}.
 std::map<std::string, std::string> read_weight_map(const std::filesystem::path& path) {
   const std::string file = path.string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) model_error(file, "", "cannot be read", "a readable index file");
-  std::stringstream text;
-  text << in.rdbuf();
-  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) model_error(file, "", "is not a JSON object", "a JSON object with weight_map");
+  const json j = read_json_file(path, "a JSON object with weight_map");
+  if (!j.is_object()) model_error(file, "", "is a JSON " + std::string(j.type_name()), "a JSON object with weight_map");
   const auto it = j.find("weight_map");
   if (it == j.end() || !it->is_object())
     model_error(file, "weight_map", "field 'weight_map' is missing or not an object",
