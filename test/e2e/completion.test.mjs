@@ -83,7 +83,10 @@ describe('Runahead in a real editor (code-server + headless Chromium)', function
       await wb.type(line);
     }
     const typedAt = Date.now();
-    const ghost = await wb.waitForGhostText(GHOST_TIMEOUT_MS);
+    const ghost = await wb.waitForGhostText(GHOST_TIMEOUT_MS).catch(async (e) => {
+      await wb.screenshot(`${label}-no-ghost-text`);
+      throw new Error(`no ghost text in ${file} within ${GHOST_TIMEOUT_MS} ms of typing ${JSON.stringify(typed)} (status bar: ${JSON.stringify(await wb.statusText())}): ${e.message.split('\n')[0]}`);
+    });
     const ms = Date.now() - typedAt;
     log(`${label}: ghost text ${ms} ms after the last keystroke: ${JSON.stringify(ghost)}`);
     await wb.screenshot(`${label}-ghost-text`);
