@@ -165,6 +165,7 @@ describe('Runahead in a real editor (code-server + headless Chromium)', function
     this.timeout(300_000);
     const before = enginePids(server.pid);
     assert.ok(before.length > 0, `no process named runahead-engine under code-server (pid ${server.pid})`);
+    const seenBefore = (await wb.statusHistory()).length;
     for (const pid of before) process.kill(pid, 'SIGKILL');
     log(`killed engine pid(s) ${before.join(' ')}`);
     const deadline = Date.now() + 10_000;
@@ -181,6 +182,8 @@ describe('Runahead in a real editor (code-server + headless Chromium)', function
     const after = enginePids(server.pid);
     log(`engine pid(s) now: ${after.join(' ')}; status: ${JSON.stringify(await wb.waitForStatus(MS_PER_TOKEN, 30_000))}`);
     assert.ok(after.length > 0 && after.every((p) => !before.includes(p)), `expected a new engine process, had ${before} and now ${after}`);
+    const sinceKill = (await wb.statusHistory()).slice(seenBefore);
+    assert.ok(sinceKill.some((h) => LOADING.test(h.text)), `the status bar never showed the engine restarting: ${summarize(sinceKill)}`);
   });
 
   it('never showed a zero or missing ms/token figure', async function () {
