@@ -15,7 +15,7 @@ const { values, positionals } = parseArgs({
   options: { port: { type: 'string' }, host: { type: 'string', default: '127.0.0.1' } },
 });
 
-const tools = ensureTools();
+const tools = ensureTools({ browser: false });
 const vsix = buildVsix();
 const model = chooseModel();
 const folder = positionals[0] ? resolve(positionals[0]) : undefined;

@@ -28,10 +28,10 @@ function commandExists(name) {
   return run('sh', ['-c', `command -v ${name}`]).status === 0;
 }
 
-/** Debian packages: Chromium always; pkg-config and Kerberos headers only to build code-server. */
-function ensureDebianPackages(needBuildDeps) {
+/** Debian packages: Chromium for the test; pkg-config and Kerberos headers only to build code-server. */
+function ensureDebianPackages({ browser, needBuildDeps }) {
   const missing = [];
-  if (!existsSync(CHROMIUM)) missing.push('chromium');
+  if (browser && !existsSync(CHROMIUM)) missing.push('chromium');
   if (needBuildDeps && !commandExists('pkg-config')) missing.push('pkg-config');
   if (needBuildDeps && !existsSync('/usr/include/krb5.h') && !existsSync('/usr/include/krb5/krb5.h')) missing.push('libkrb5-dev');
   if (needBuildDeps && !commandExists('g++')) missing.push('g++', 'make', 'python3');
@@ -83,13 +83,14 @@ function findNodeDist(dir) {
 
 /**
  * Installs what is missing and returns the paths:
- * { node, nodeBin, codeServer (entry.js), chromium, playwright (the playwright-core module) }.
+ * { node, nodeBin, codeServer (entry.js), chromium, playwright (the playwright-core module) };
+ * browser: false (for `npm run editor`) skips Chromium and playwright-core.
  */
-export function ensureTools() {
+export function ensureTools({ browser = true } = {}) {
   mkdirSync(cacheDir, { recursive: true });
   const codeServerDir = join(cacheDir, 'code-server');
   const codeServerReady = existsSync(join(codeServerDir, `.installed-code-server@${CODE_SERVER_VERSION}`));
-  ensureDebianPackages(!codeServerReady);
+  ensureDebianPackages({ browser, needBuildDeps: !codeServerReady });
 
   const nodeDist = findNodeDist(npmInstallOnce('node', `node@${NODE_MAJOR}`));
   const nodeBin = join(nodeDist, 'bin');
@@ -101,9 +102,9 @@ export function ensureTools() {
   const codeServer = join(codeServerDir, 'node_modules', 'code-server', 'out', 'node', 'entry.js');
   if (!existsSync(codeServer)) throw new Error(`code-server is installed but ${codeServer} is missing; delete ${codeServerDir} and run again`);
 
+  if (!browser) return { node, nodeBin, nodeDist, codeServer };
   const pwDir = npmInstallOnce('playwright', `playwright-core@${PLAYWRIGHT_VERSION}`);
   const playwright = createRequire(join(pwDir, 'package.json'))('playwright-core');
-
   return { node, nodeBin, nodeDist, codeServer, chromium: CHROMIUM, playwright };
 }
 
