@@ -105,17 +105,25 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   if (threadIdx.x == 0) last = atomicAdd(counter, 1) == S - 1;
   __syncthreads();
   if (!last) return;
+  // Split s weighs exp((m_s - M) * scale) / sum_s exp((m_s - M) * scale) l_s; the loads of
+  // every split are issued together.
   __threadfence();
-  float M = -INFINITY;
-  for (int s = 0; s < S; ++s) M = fmaxf(M, __ldcg(part + s * stride));
+  float* weight = sums;  // [S], reused
+  if (threadIdx.x < kWarp) {
+    const int s = threadIdx.x;
+    const float ms = s < S ? __ldcg(part + s * stride) : -INFINITY;
+    const float ls = s < S ? __ldcg(part + s * stride + 1) : 0.0f;
+    const float M = warp_max(ms);
+    const float w = s < S ? expf((ms - M) * scale) : 0.0f;
+    const float den = warp_sum(w * ls);
+    if (s < S) weight[s] = w / den;
+  }
+  __syncthreads();
   for (int d = threadIdx.x; d < hd; d += kThreads) {
-    float num = 0.0f, den = 0.0f;
-    for (int s = 0; s < S; ++s) {
-      const float f = expf((__ldcg(part + s * stride) - M) * scale);
-      num = fmaf(f, __ldcg(part + s * stride + 2 + d), num);
-      den = fmaf(f, __ldcg(part + s * stride + 1), den);
-    }
-    out[(size_t(t) * a.heads + h) * hd + d] = num / den;
+    float num = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < S; ++s) num = fmaf(weight[s], __ldcg(part + s * stride + 2 + d), num);
+    out[(size_t(t) * a.heads + h) * hd + d] = num;
   }
   if (threadIdx.x == 0) *counter = 0;
 }
@@ -210,7 +218,7 @@ size_t decode_smem(const DecodeAttention& a) {
 
 }  // namespace
 
-int attention_splits(int heads, int sms) { return std::clamp((2 * sms + heads - 1) / heads, 1, 32); }
+int attention_splits(int heads, int sms) { return std::clamp((2 * sms + heads - 1) / heads, 1, kWarp); }
 
 size_t attention_partial_floats(int heads, int head_dim, int splits) {
   return size_t(kMaxVecTokens) * heads * splits * (head_dim + 2);

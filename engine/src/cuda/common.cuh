@@ -232,24 +232,39 @@ __device__ __forceinline__ void block_gemv(int units, int K, int split, const fl
   }
 }
 
-// Before pdl_wait(): pulls this warp's share of its first unit towards L2.
+// Before pdl_wait(): pulls this warp's share of its first units (up to kPrefetchBytes)
+// towards L2, so the loads after the wait start from L2 while DRAM keeps streaming.
+constexpr size_t kPrefetchBytes = 8192;
 template <class W, int R, class RowsOf>
-__device__ __forceinline__ void prefetch_first_unit(int units, int K, int split, RowsOf rows_of) {
+__device__ __forceinline__ void prefetch_units(int units, int K, int split, RowsOf rows_of) {
   const GemvSplit s(split, K / Chunk<W>::kElems);
-  const int u = blockIdx.x * s.units_per_block() + s.slot;
-  if (u >= units) return;
-  const W* w[R];
-  rows_of(u, w);
+  const size_t bytes = size_t(s.c_end - s.c_begin) * 16;
+  size_t done = 0;
+  for (int u = blockIdx.x * s.units_per_block() + s.slot; u < units && done < kPrefetchBytes;
+       u += gridDim.x * s.units_per_block(), done += R * bytes) {
+    const W* w[R];
+    rows_of(u, w);
 #pragma unroll
-  for (int r = 0; r < R; ++r)
-    prefetch_l2(w[r] + size_t(s.c_begin) * Chunk<W>::kElems, size_t(s.c_end - s.c_begin) * 16, threadIdx.x % kWarp);
+    for (int r = 0; r < R; ++r)
+      prefetch_l2(w[r] + size_t(s.c_begin) * Chunk<W>::kElems, bytes, threadIdx.x % kWarp);
+  }
 }
 
-// Host side: warps per unit, so that about two rounds of units cover the resident warps.
-inline int gemv_split(int units, int sms) {
-  int split = 1;
-  while (split < kGemvWarps && size_t(units) * split < size_t(sms) * 64) split *= 2;
-  return split;
+// Host side: warps per unit. The most that keeps the whole matrix within one round of the
+// warps that can be resident (`blocks_per_sm` blocks of kGemvWarps); 1 if none does.
+inline int gemv_split(int units, int sms, int blocks_per_sm) {
+  const size_t resident_warps = size_t(sms) * blocks_per_sm * kGemvWarps;
+  for (int split = kGemvWarps; split > 1; split /= 2)
+    if (size_t(units) * split <= resident_warps) return split;
+  return 1;
+}
+
+// Resident blocks per multiprocessor of `kernel`.
+template <class Kernel> int blocks_per_sm(Kernel kernel, int threads, size_t smem) {
+  int per_sm = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return per_sm > 0 ? per_sm : 1;
 }
 
 // Stages h[k] = x[k] * inv * g[k] (one token) in shared memory for the dot products.
@@ -320,10 +335,7 @@ __device__ __forceinline__ void finish_step(const StepEnd& end, const int32_t* t
 // as many as can be resident at once, so the whole grid runs in one wave.
 template <class Kernel>
 int resident_blocks(Kernel kernel, int threads, size_t smem, int units, int units_per_block, int sms) {
-  int per_sm = 0;
-  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
-             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  if (per_sm < 1) per_sm = 1;
+  const int per_sm = blocks_per_sm(kernel, threads, smem);
   const int needed = (units + units_per_block - 1) / units_per_block;
   return needed < sms * per_sm ? (needed > 0 ? needed : 1) : sms * per_sm;
 }

@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(kGemvThreads) rmsnorm_gate_up_swiglu_kernel(co
     rows[0] = w_gate + size_t(j) * H;
     rows[1] = w_up + size_t(j) * H;
   };
-  prefetch_first_unit<W, 2>(I, H, split, rows_of);
+  prefetch_units<W, 2>(I, H, split, rows_of);
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, eps, scratch, inv);
@@ -42,11 +42,11 @@ __global__ void __launch_bounds__(kGemvThreads) rmsnorm_gate_up_swiglu_kernel(co
 
 void rmsnorm_gate_up_swiglu(const void* w_gate, const void* w_up, DType dtype, const float* norm, float eps, int H,
                             int I, const float* x, int n, float* act, int sms, cudaStream_t stream) {
-  const int split = gemv_split(I, sms);
   const size_t smem = n == 1 ? size_t(H) * sizeof(float) : 0;
   with_weight_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? rmsnorm_gate_up_swiglu_kernel<W, 1> : rmsnorm_gate_up_swiglu_kernel<W, kMaxVecTokens>;
+    const int split = gemv_split(I, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, I, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, static_cast<const W*>(w_gate),
                static_cast<const W*>(w_up), norm, eps, H, I, x, n, act, split);

@@ -1,5 +1,7 @@
 // The end of a decode step: final RMSNorm, the lm_head, and the argmax of each row,
 // so greedy decoding needs no logits on the host.
+#include <algorithm>
+
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
@@ -32,7 +34,7 @@ __global__ void __launch_bounds__(kGemvThreads) rmsnorm_lm_head_argmax_kernel(Lm
     rows[0] = w + size_t(2 * u) * H;
     rows[1] = w + size_t(2 * u + 1) * H;
   };
-  prefetch_first_unit<W, 2>(units, H, split, rows_of);
+  prefetch_units<W, 2>(units, H, split, rows_of);
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
@@ -98,12 +100,8 @@ __global__ void advance_position_kernel(int* pos, int advance) {
 
 }  // namespace
 
-int lm_head_blocks(int vocab, int sms) {
-  // Enough for every pair of rows, at most 4 blocks per multiprocessor (one wave).
-  const int units = vocab / 2, per_block = kGemvWarps / gemv_split(units, sms);
-  const int needed = (units + per_block - 1) / per_block;
-  return needed < 4 * sms ? needed : 4 * sms;
-}
+// The grid never exceeds the resident blocks, at most 32 per multiprocessor.
+int lm_head_blocks(int vocab, int sms) { return std::min(vocab / 2, 32 * sms); }
 
 void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logits, const StepEnd& end, int sms,
                             cudaStream_t stream) {
@@ -111,8 +109,9 @@ void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logit
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? rmsnorm_lm_head_argmax_kernel<W, 1> : rmsnorm_lm_head_argmax_kernel<W, kMaxVecTokens>;
     const size_t smem = n == 1 ? size_t(a.hidden) * sizeof(float) : 0;
-    launch_pdl(kernel, dim3(lm_head_blocks(a.vocab, sms)), dim3(kGemvThreads), smem, stream, a, x, n, logits, end,
-               gemv_split(a.vocab / 2, sms));
+    const int units = a.vocab / 2, split = gemv_split(units, sms, blocks_per_sm(kernel, kGemvThreads, smem));
+    const int blocks = resident_blocks(kernel, kGemvThreads, smem, units, kGemvWarps / split, sms);
+    launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, a, x, n, logits, end, split);
   });
 }
 

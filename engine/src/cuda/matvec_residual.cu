@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(kGemvThreads) matvec_residual_add_kernel(const
     pair[0] = w + size_t(2 * u) * K;
     pair[1] = w + size_t(2 * u + 1) * K;
   };
-  prefetch_first_unit<W, 2>(units, K, split, rows_of);
+  prefetch_units<W, 2>(units, K, split, rows_of);
   pdl_wait();
   pdl_trigger();
   block_gemv<W, 2, NT>(units, K, split, in, K, n, nullptr, red, rows_of, [&](int u, float (&acc)[2][NT]) {
@@ -37,10 +37,10 @@ __global__ void __launch_bounds__(kGemvThreads) matvec_residual_add_kernel(const
 
 void matvec_residual_add(const void* w, DType dtype, int rows, int K, const float* in, int n, float* x, int sms,
                          cudaStream_t stream) {
-  const int split = gemv_split(rows / 2, sms);
   with_weight_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? matvec_residual_add_kernel<W, 1> : matvec_residual_add_kernel<W, kMaxVecTokens>;
+    const int split = gemv_split(rows / 2, sms, blocks_per_sm(kernel, kGemvThreads, 0));
     const int blocks = resident_blocks(kernel, kGemvThreads, 0, rows / 2, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), 0, stream, static_cast<const W*>(w), rows, K, in, n, x,
                split);

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kGemvThreads) rmsnorm_qkv_rope_append_kernel(Q
     rows[0] = w + size_t(r.first) * H;
     rows[1] = w + size_t(r.second) * H;
   };
-  prefetch_first_unit<W, 2>(units, H, split, rows_of);
+  prefetch_units<W, 2>(units, H, split, rows_of);
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
@@ -106,11 +106,11 @@ __global__ void bias_rope_append_kernel(QkvRope a, const float* qkv, int n, cons
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out, int sms,
                              cudaStream_t stream) {
   const int units = (a.heads + 2 * a.kv_heads) * a.head_dim / 2;
-  const int split = gemv_split(units, sms);
   const size_t smem = n == 1 ? size_t(a.hidden) * sizeof(float) : 0;
   with_weight_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? rmsnorm_qkv_rope_append_kernel<W, 1> : rmsnorm_qkv_rope_append_kernel<W, kMaxVecTokens>;
+    const int split = gemv_split(units, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, units, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, a, x, n, pos, q_out, split);
   });
