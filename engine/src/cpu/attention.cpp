@@ -1,5 +1,6 @@
 #include "cpu/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace runahead {
@@ -14,22 +15,29 @@ void Attention::run(ThreadPool& pool, const Kernels& kernels, KVCache& cache, in
   const int d = shape_.head_dim, group = shape_.heads / shape_.kv_heads;
   const int q_dim = shape_.heads * d, kv_dim = cache.kv_dim();
   const float scale = 1.0f / std::sqrt(float(d));
-  const int items = n * shape_.kv_heads;
-  // Work items (token, kv head) are dealt round-robin: later tokens attend to more
-  // positions, so contiguous ranges would leave the last thread with most of the work.
+  // Work items are (token, kv head, slice of the group's heads). The heads of a group
+  // share their key reads, so a group is split only when there are too few items to
+  // keep every thread busy (a decode step on many cores).
+  const int pairs = n * shape_.kv_heads;
+  const int slices = std::min(group, (pool.size() + pairs - 1) / pairs);
+  const int items = pairs * slices;
+  // Dealt round-robin: later tokens attend to more positions, so contiguous ranges
+  // would leave the last thread with most of the work.
   pool.run([&](int thread) {
     float* scores = scores_.data() + size_t(thread) * group * capacity_;
     for (int item = thread; item < items; item += pool.size()) {
-      const int t = item / shape_.kv_heads, g = item % shape_.kv_heads;
+      const int pair = item / slices, slice = item % slices;
+      const int t = pair / shape_.kv_heads, g = pair % shape_.kv_heads;
+      const int j0 = group * slice / slices, heads = group * (slice + 1) / slices - j0;
       const int len = pos0 + t + 1;
-      const float* q_group = q + size_t(t) * q_dim + size_t(g) * group * d;
-      kernels.matmul_f32(cache.k(layer, 0) + g * d, kv_dim, 0, len, d, q_group, d, group, scores,
+      const float* q_heads = q + size_t(t) * q_dim + size_t(g * group + j0) * d;
+      kernels.matmul_f32(cache.k(layer, 0) + g * d, kv_dim, 0, len, d, q_heads, d, heads, scores,
                          len);
-      for (int j = 0; j < group; ++j) {
+      for (int j = 0; j < heads; ++j) {
         float* s = scores + size_t(j) * len;
         kernels.softmax(s, len, scale);
         kernels.combine_rows(s, cache.v(layer, 0) + g * d, kv_dim, len, d,
-                             out + size_t(t) * q_dim + size_t(g * group + j) * d);
+                             out + size_t(t) * q_dim + size_t(g * group + j0 + j) * d);
       }
     }
   });
