@@ -35,9 +35,9 @@ struct CostTable {
   nlohmann::json to_json() const;
 };
 
-// Times forwards of widths 1..max_width (median of `reps`) over a short context, then
+// Times forwards of widths 1..max_width (the fastest of at least `reps` rounds) over a short context, then
 // empties the KV cache.
-CostTable measure_costs(Backend& target, int max_width, int reps = 5);
+CostTable measure_costs(Backend& target, int max_width, int reps = 7);
 
 struct DrafterCounts {
   int steps = 0;     // steps that verified a draft of this drafter

@@ -22,18 +22,19 @@ constexpr int kChunk = 512;  // catch-up forwards, as the target's prefill
 }  // namespace
 
 std::shared_ptr<const ModelWeights> load_draft_model(const std::filesystem::path& dir, const ModelWeights& target) {
-  auto draft = std::make_shared<ModelWeights>(load_model(dir));
+  // The vocabulary first: a wrong draft is refused before its weights are mapped.
+  const ModelConfig draft_config = load_config(dir);
   const std::string config = (dir / "config.json").string();
-  if (draft->config.vocab_size != target.config.vocab_size)
+  if (draft_config.vocab_size != target.config.vocab_size)
     model_error(config, "vocab_size",
-                "the draft model's vocab_size is " + std::to_string(draft->config.vocab_size) + " but the target's is " +
+                "the draft model's vocab_size is " + std::to_string(draft_config.vocab_size) + " but the target's is " +
                     std::to_string(target.config.vocab_size),
                 "a draft model with the target's tokenizer");
   const std::filesystem::path mine = dir / "tokenizer.json", theirs = std::filesystem::path(target.source) / "tokenizer.json";
   if (std::filesystem::exists(mine) && std::filesystem::exists(theirs) && read_file(mine) != read_file(theirs))
     model_error(mine.string(), "tokenizer.json", "the draft model's tokenizer.json differs from the target's (" + theirs.string() + ")",
                 "a draft model with the target's tokenizer");
-  return draft;
+  return std::make_shared<ModelWeights>(load_model(dir));
 }
 
 DraftModelDrafter::DraftModelDrafter(std::shared_ptr<const ModelWeights> weights, const BackendFactory& make_backend,
