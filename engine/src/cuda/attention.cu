@@ -182,24 +182,37 @@ __global__ void __launch_bounds__(kPrefillWarps * kWarp) attention_prefill_kerne
 #pragma unroll
       for (int i = 0; i < kQueriesPerWarp; ++i) s[i] = fmaf(qs[i * hd + d], kd, s[i]);
     }
+    // Online softmax per query; p[i] is this lane's key's weight for query i.
+    float p[kQueriesPerWarp];
+    bool any = false;
 #pragma unroll
     for (int i = 0; i < kQueriesPerWarp; ++i) {
       const int key = k0 + lane, query_pos = p0 + t0 + i;
       const bool visible = t0 + i < n && key <= query_pos;
       const float tile_max = warp_max(visible ? s[i] : -INFINITY);
+      p[i] = 0.0f;
       if (tile_max == -INFINITY) continue;  // warp-uniform: nothing visible in this tile
+      any = true;
       const float m_new = fmaxf(m[i], tile_max);
-      const float p = visible ? expf((s[i] - m_new) * scale) : 0.0f;
+      p[i] = visible ? expf((s[i] - m_new) * scale) : 0.0f;
       const float rescale = expf((m[i] - m_new) * scale);
-      l[i] = l[i] * rescale + warp_sum(p);
+      l[i] = l[i] * rescale + warp_sum(p[i]);
       m[i] = m_new;
 #pragma unroll
       for (int c = 0; c < kCols; ++c) acc[i][c] *= rescale;
-      for (int j = 0; j < kTileKeys; ++j) {
-        const float pj = __shfl_sync(0xffffffffu, p, j);
+    }
+    if (!any) continue;  // warp-uniform
+    // acc[i][c] += sum_j p_j[i] v[j][lane + 32 c]: each value row is read once for 4 queries.
+    for (int j = 0; j < kTileKeys; ++j) {
+      float pj[kQueriesPerWarp];
 #pragma unroll
-        for (int c = 0; c < kCols; ++c)
-          if (lane + kWarp * c < hd) acc[i][c] = fmaf(pj, vs[j * hd + lane + kWarp * c], acc[i][c]);
+      for (int i = 0; i < kQueriesPerWarp; ++i) pj[i] = __shfl_sync(0xffffffffu, p[i], j);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        if (lane + kWarp * c >= hd) break;
+        const float v = vs[j * hd + lane + kWarp * c];
+#pragma unroll
+        for (int i = 0; i < kQueriesPerWarp; ++i) acc[i][c] = fmaf(pj[i], v, acc[i][c]);
       }
     }
   }

@@ -250,10 +250,17 @@ __device__ __forceinline__ void prefetch_units(int units, int K, int split, Rows
   }
 }
 
-// Host side: warps per unit. The most that keeps the whole matrix within one round of the
-// warps that can be resident (`blocks_per_sm` blocks of kGemvWarps); 1 if none does.
-inline int gemv_split(int units, int sms, int blocks_per_sm) {
+// Host side: warps per unit. Short rows (K < 3072): the most that keeps the matrix within
+// one round of the resident warps (`blocks_per_sm` blocks of kGemvWarps). Long rows: the
+// fewest that give two rounds, so no warp walks a whole long row alone. (Measured on an
+// H200 for the Qwen2.5-Coder shapes: engine/bench/cuda/NOTES.md.)
+inline int gemv_split(int units, int K, int sms, int blocks_per_sm) {
   const size_t resident_warps = size_t(sms) * blocks_per_sm * kGemvWarps;
+  if (K >= 3072) {
+    int split = 1;
+    while (split < kGemvWarps && size_t(units) * split < 2 * resident_warps) split *= 2;
+    return split;
+  }
   for (int split = kGemvWarps; split > 1; split /= 2)
     if (size_t(units) * split <= resident_warps) return split;
   return 1;

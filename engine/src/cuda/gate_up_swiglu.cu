@@ -46,7 +46,7 @@ void rmsnorm_gate_up_swiglu(const void* w_gate, const void* w_up, DType dtype, c
   with_weight_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? rmsnorm_gate_up_swiglu_kernel<W, 1> : rmsnorm_gate_up_swiglu_kernel<W, kMaxVecTokens>;
-    const int split = gemv_split(I, sms, blocks_per_sm(kernel, kGemvThreads, smem));
+    const int split = gemv_split(I, H, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, I, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, static_cast<const W*>(w_gate),
                static_cast<const W*>(w_up), norm, eps, H, I, x, n, act, split);

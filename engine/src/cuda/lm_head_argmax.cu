@@ -109,7 +109,7 @@ void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logit
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? rmsnorm_lm_head_argmax_kernel<W, 1> : rmsnorm_lm_head_argmax_kernel<W, kMaxVecTokens>;
     const size_t smem = n == 1 ? size_t(a.hidden) * sizeof(float) : 0;
-    const int units = a.vocab / 2, split = gemv_split(units, sms, blocks_per_sm(kernel, kGemvThreads, smem));
+    const int units = a.vocab / 2, split = gemv_split(units, a.hidden, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, units, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, a, x, n, logits, end, split);
   });

@@ -40,7 +40,7 @@ void matvec_residual_add(const void* w, DType dtype, int rows, int K, const floa
   with_weight_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? matvec_residual_add_kernel<W, 1> : matvec_residual_add_kernel<W, kMaxVecTokens>;
-    const int split = gemv_split(rows / 2, sms, blocks_per_sm(kernel, kGemvThreads, 0));
+    const int split = gemv_split(rows / 2, K, sms, blocks_per_sm(kernel, kGemvThreads, 0));
     const int blocks = resident_blocks(kernel, kGemvThreads, 0, rows / 2, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), 0, stream, static_cast<const W*>(w), rows, K, in, n, x,
                split);

@@ -110,7 +110,7 @@ void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int*
   with_weight_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? rmsnorm_qkv_rope_append_kernel<W, 1> : rmsnorm_qkv_rope_append_kernel<W, kMaxVecTokens>;
-    const int split = gemv_split(units, sms, blocks_per_sm(kernel, kGemvThreads, smem));
+    const int split = gemv_split(units, a.hidden, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, units, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, a, x, n, pos, q_out, split);
   });
