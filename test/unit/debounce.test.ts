@@ -17,15 +17,15 @@ describe('adaptive debounce', () => {
     assert.equal(d.delay(), 20);
   });
 
-  it('waits most of the typing interval when the engine is slower than the typist, within the cap', () => {
-    const d = new AdaptiveDebounce(20, 250);
+  it('waits half the typing interval when the engine is slower than the typist, within the cap', () => {
+    const d = new AdaptiveDebounce(20, 150);
     for (let t = 0; t < 2000; t += 120) d.keystroke(t);
     d.latency(400);
-    assert.ok(Math.abs(d.delay() - 90) < 1, `delay ${d.delay()}`);
-    const slow = new AdaptiveDebounce(20, 250);
+    assert.ok(Math.abs(d.delay() - 60) < 1, `delay ${d.delay()}`);
+    const slow = new AdaptiveDebounce(20, 150);
     for (let t = 0; t < 10000; t += 1000) slow.keystroke(t);
     slow.latency(5000);
-    assert.equal(slow.delay(), 250);
+    assert.equal(slow.delay(), 150);
   });
 
   it('ignores pauses when measuring typing speed', () => {

@@ -2,7 +2,8 @@
 // runahead.debounceMs. When the engine answers faster than the user types,
 // that is all: the completion shows before the next key. When it is slower,
 // a request made mid-burst would be cancelled by the next key anyway, so the
-// wait grows to most of the typing interval (bounded by maxMs).
+// wait grows to half the typing interval (bounded by maxMs): a cancelled
+// request costs the engine only one step, so the wait stays short.
 
 export interface Cancellable {
   isCancellationRequested: boolean;
@@ -19,7 +20,7 @@ export class AdaptiveDebounce {
 
   constructor(
     public baseMs: number,
-    private readonly maxMs = 250,
+    private readonly maxMs = 150,
   ) {}
 
   keystroke(now = Date.now()): void {
@@ -37,7 +38,7 @@ export class AdaptiveDebounce {
   delay(): number {
     if (this.typingMs === undefined || this.latencyMs === undefined) return this.baseMs;
     if (this.latencyMs <= this.typingMs / 2) return this.baseMs;
-    return Math.min(this.maxMs, Math.max(this.baseMs, 0.75 * this.typingMs));
+    return Math.min(this.maxMs, Math.max(this.baseMs, 0.5 * this.typingMs));
   }
 
   /** Waits `delay()`; false when the request was cancelled meanwhile. */
