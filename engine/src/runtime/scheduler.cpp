@@ -124,7 +124,7 @@ Speculator::Speculator(Backend& target, std::vector<std::unique_ptr<Drafter>> dr
     : target_(target), options_(std::move(options)), costs_(std::move(costs)) {
   for (auto& d : drafters) {
     wants_hidden_ = wants_hidden_ || d->wants_hidden();
-    drafters_.push_back({std::move(d), {}, 0.0});
+    drafters_.push_back({std::move(d), {}, {}});
   }
   if (wants_hidden_) target_.keep_all_hidden(true);
   stats_.drafter = options_.mode;
@@ -155,6 +155,13 @@ void Speculator::end(std::span<const int32_t> all_tokens) {
   for (DrafterState& d : drafters_) d.drafter->end(all_tokens);
 }
 
+double Speculator::DrafterState::draft_ms() const {
+  if (ms_per_token.empty()) return 0.0;
+  std::vector<double> sorted = ms_per_token;
+  std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(sorted.size() / 2), sorted.end());
+  return sorted[sorted.size() / 2];
+}
+
 std::pair<int, double> Speculator::best_depth(double alpha, double draft_ratio, int k_max) const {
   int best_k = 0;
   double best_gain = 1.0, expected = 1.0, term = 1.0;
@@ -182,7 +189,7 @@ Speculator::Choice Speculator::choose(std::span<const int32_t> context, int k_ma
   const double step_ms = costs_.ms.empty() ? 0.0 : costs_.ms[0];
   for (size_t i = 0; i < drafters_.size(); ++i) {
     DrafterState& d = drafters_[i];
-    const double draft_ratio = step_ms > 0 ? d.ms_per_token / step_ms : 0.0;
+    const double draft_ratio = step_ms > 0 ? d.draft_ms() / step_ms : 0.0;
     if (d.drafter->drafts_for_free()) {
       Draft draft = d.drafter->propose(context, k_max, sampler);
       if (draft.tokens.empty()) continue;
@@ -227,9 +234,10 @@ SpecStep Speculator::step(std::vector<int32_t>& cached, int32_t pending, Sampler
   if (choice.draft.tokens.empty()) {
     const auto start = Clock::now();
     choice.draft = d.drafter->propose(context_, choice.k, sampler);
-    if (!choice.draft.tokens.empty())
-      d.ms_per_token = 0.8 * d.ms_per_token + 0.2 * ms_since(start) / double(choice.draft.tokens.size());
     if (choice.draft.tokens.empty()) return plain_step(cached, pending, sampler, logits);
+    constexpr size_t kRecent = 15;
+    if (d.ms_per_token.size() == kRecent) d.ms_per_token.erase(d.ms_per_token.begin());
+    d.ms_per_token.push_back(ms_since(start) / double(choice.draft.tokens.size()));
   }
   const Draft& draft = choice.draft;
   const int k = int(draft.tokens.size());

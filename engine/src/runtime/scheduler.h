@@ -112,7 +112,10 @@ class Speculator {
   struct DrafterState {
     std::unique_ptr<Drafter> drafter;
     std::map<int, Acceptance> acceptance;  // by Draft::bucket
-    double ms_per_token = 0;               // measured cost of drafting, per drafted token
+    // Measured cost of drafting, per drafted token: the median of recent proposals, so a
+    // first proposal that catches up with a new prompt does not count as the usual cost.
+    std::vector<double> ms_per_token;
+    double draft_ms() const;
   };
 
   // The k in [0, k_max] with the most expected tokens per unit of time; gain 1 at k = 0.
