@@ -44,26 +44,40 @@ nlohmann::json CostTable::to_json() const {
 
 CostTable measure_costs(Backend& target, int max_width, int reps) {
   CostTable table;
-  const int context = std::min(64, target.context_length() - max_width);
+  const int context = std::min(16, target.context_length() - max_width);
   if (context < 1 || max_width < 1) return table;
   target.truncate(0);
   std::vector<int32_t> tokens(size_t(context + max_width));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919) % size_t(target.config().vocab_size));
   std::vector<float> logits;
   target.forward(std::span(tokens).first(size_t(context)), 1, logits);
-  // Widths interleaved and the fastest run kept: a busy machine only ever adds time, and
-  // it should not make one width look cheaper than another.
+  auto time = [&](int w) {
+    const auto start = Clock::now();
+    target.forward(std::span(tokens).subspan(size_t(context), size_t(w)), w, logits);
+    const double ms = ms_since(start);
+    target.truncate(context);
+    return ms;
+  };
+  time(1);  // warms up
+  // Widths in rounds, the ends first, the fastest run of each kept: a busy machine only
+  // ever adds time. `reps` rounds, fewer when they do not fit in a quarter of a second
+  // (a large model on a CPU), but always both ends; widths left out are interpolated.
+  std::vector<int> order = {1, max_width};
+  for (int w = 2; w < max_width; ++w) order.push_back(w);
   table.ms.assign(size_t(max_width), INFINITY);
   const auto begin = Clock::now();
-  // At least `reps` rounds; more, up to 4x, while they fit in a quarter of a second.
-  for (int r = 0; r <= reps || (r <= 4 * reps && ms_since(begin) < 250); ++r) {  // round 0 warms up
-    for (int w = 1; w <= max_width; ++w) {
-      const auto start = Clock::now();
-      target.forward(std::span(tokens).subspan(size_t(context), size_t(w)), w, logits);
-      const double ms = ms_since(start);
-      target.truncate(context);
-      if (r > 0) table.ms[size_t(w - 1)] = std::min(table.ms[size_t(w - 1)], ms);
+  for (int r = 0; r < reps; ++r) {
+    for (size_t i = 0; i < order.size(); ++i) {
+      if ((r > 0 || i >= 2) && ms_since(begin) > 250) break;
+      const int w = order[i];
+      table.ms[size_t(w - 1)] = std::min(table.ms[size_t(w - 1)], time(w));
     }
+  }
+  for (int w = 2; w < max_width; ++w) {
+    if (std::isfinite(table.ms[size_t(w - 1)])) continue;
+    int lo = w - 1, hi = w + 1;
+    while (!std::isfinite(table.ms[size_t(hi - 1)])) ++hi;
+    table.ms[size_t(w - 1)] = table.ms[size_t(lo - 1)] + (table.ms[size_t(hi - 1)] - table.ms[size_t(lo - 1)]) / (hi - lo);
   }
   // A wider verify never costs less than a narrower one.
   for (size_t w = 1; w < table.ms.size(); ++w) table.ms[w] = std::max(table.ms[w], table.ms[w - 1]);

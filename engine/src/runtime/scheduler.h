@@ -35,8 +35,8 @@ struct CostTable {
   nlohmann::json to_json() const;
 };
 
-// Times forwards of widths 1..max_width (the fastest of at least `reps` rounds) over a short context, then
-// empties the KV cache.
+// Times forwards of widths 1..max_width over a short context (the fastest of `reps` rounds,
+// within about a quarter of a second), then empties the KV cache.
 CostTable measure_costs(Backend& target, int max_width, int reps = 7);
 
 struct DrafterCounts {
