@@ -30,6 +30,7 @@ export interface CompletionMetrics {
   drafted?: number;
   accepted?: number;
   acceptedPerStep?: number;
+  drafter?: string;
   promptTokens?: number;
   reusedTokens?: number;
   prefillMs?: number;

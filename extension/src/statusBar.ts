@@ -54,7 +54,7 @@ export class StatusBar implements vscode.Disposable {
     if (m) {
       md.appendMarkdown(`**Last completion from the engine**\n\n| | |\n|---|---|\n`);
       md.appendMarkdown(`| Time to first token | ${num(m.ttftMs)} ms |\n| Prompt tokens reused | ${m.reusedTokens ?? 0} / ${m.promptTokens ?? 0} |\n`);
-      md.appendMarkdown(`| Decode | ${num(m.decodeMsPerToken, 2)} ms/token |\n| Accepted / drafted | ${m.accepted ?? 0} / ${m.drafted ?? 0} (${num(m.acceptedPerStep, 2)} tokens/step) |\n`);
+      md.appendMarkdown(`| Decode | ${num(m.decodeMsPerToken, 2)} ms/token |\n| Accepted / drafted | ${m.accepted ?? 0} / ${m.drafted ?? 0} (${num(m.acceptedPerStep, 2)} tokens/step${m.drafter ? `, ${m.drafter}` : ''}) |\n`);
       md.appendMarkdown(`| Tokens | ${m.tokens ?? 0} in ${m.steps ?? 0} steps |\n| Served in | ${num(m.servedMs)} ms (debounce ${num(m.debounceMs, 0)} ms) |\n\n`);
     }
     if (this.last && this.last !== m) md.appendMarkdown(`Latest: from ${this.last.source} in ${num(this.last.servedMs)} ms\n\n`);

@@ -22,6 +22,8 @@ export interface CompletionMetrics {
   drafted?: number;
   accepted?: number;
   acceptedPerStep?: number;
+  /** The drafter the engine's speculative scheduler used (`stats.speculation.drafter`), when one ran. */
+  drafter?: string;
   promptTokens?: number;
   reusedTokens?: number;
   prefillMs?: number;
@@ -41,6 +43,7 @@ export function engineMetrics(done: DoneMessage | undefined, report: LoadReport 
     drafted: s?.drafted,
     accepted: s?.accepted,
     acceptedPerStep: s?.accepted_per_step,
+    drafter: (s?.speculation as { drafter?: string } | undefined)?.drafter,
     promptTokens: s?.prompt_tokens,
     reusedTokens: s?.reused_tokens,
     prefillMs: s?.prefill_ms,

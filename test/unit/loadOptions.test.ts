@@ -5,10 +5,10 @@ import { readSettings, type Settings } from '../../server/src/settings';
 describe('engine load options for speculation', () => {
   const s = (patch: Partial<Settings>) => readSettings(patch);
 
-  it('asks for nothing on auto when the engine has no speculation, so old engines load as before', () => {
+  it('always sends the method and max_draft (engines ignore options they do not know)', () => {
     const warnings: string[] = [];
-    assert.deepEqual(speculationOptions(s({}), undefined, [], warnings), {});
-    assert.deepEqual(speculationOptions(s({ speculation: 'off' }), undefined, [], warnings), {});
+    assert.deepEqual(speculationOptions(s({}), undefined, [], warnings), { speculation: 'auto', max_draft: 8 });
+    assert.deepEqual(speculationOptions(s({ speculation: 'off' }), '/m/draft', [], warnings), { speculation: 'off', max_draft: 8 });
     assert.deepEqual(warnings, []);
   });
 
@@ -20,7 +20,7 @@ describe('engine load options for speculation', () => {
     assert.match(warnings[0], /"mtp" was asked for but this engine supports lookup/);
   });
 
-  it('on auto, offers the bundled draft model when the engine can use one', () => {
-    assert.deepEqual(speculationOptions(s({}), '/m/draft', ['lookup', 'mtp', 'draft'], []), { draft_model: '/m/draft', max_draft: 8 });
+  it('on auto, offers the bundled draft model', () => {
+    assert.deepEqual(speculationOptions(s({}), '/m/draft', ['lookup', 'mtp', 'draft'], []), { speculation: 'auto', draft_model: '/m/draft', max_draft: 8 });
   });
 });

@@ -13,20 +13,19 @@ export function draftModelFor(settings: Settings, modelPath: string): string | u
 }
 
 /**
- * Options for `load`. `auto` asks for nothing and lets the engine choose; an
- * explicit method the engine does not list is still sent (the engine reports
- * it) and noted as a warning so the status shows "degraded".
+ * Options for `load`: the method (`auto` lets the engine choose), the most
+ * drafted tokens per step, and the draft model when there is one. Engines
+ * ignore options they do not know (PROTOCOL.md); one that refuses them is
+ * loaded again without (supervisor.ts). An explicit method the engine does not
+ * list in hello.capabilities.speculation is still sent and noted as a warning,
+ * so the status shows "degraded".
  */
 export function speculationOptions(settings: Settings, draft: string | undefined, supported: string[], warnings: string[]): LoadOptions {
-  const out: LoadOptions = {};
-  if (settings.speculation === 'off') return supported.length > 0 ? { speculation: 'off' } : {};
-  if (settings.speculation !== 'auto') {
-    out.speculation = settings.speculation;
-    if (!supported.includes(settings.speculation)) {
-      warnings.push(`speculation "${settings.speculation}" was asked for but this engine supports ${supported.length ? supported.join(', ') : 'none'}`);
-    }
+  const out: LoadOptions = { speculation: settings.speculation, max_draft: settings.maxDraftTokens };
+  if (settings.speculation === 'off') return out;
+  if (settings.speculation !== 'auto' && !supported.includes(settings.speculation)) {
+    warnings.push(`speculation "${settings.speculation}" was asked for but this engine supports ${supported.length ? supported.join(', ') : 'none'}`);
   }
-  if (draft && (settings.speculation === 'draft' || (settings.speculation === 'auto' && supported.includes('draft')))) out.draft_model = draft;
-  if (settings.speculation !== 'auto' || supported.length > 0) out.max_draft = settings.maxDraftTokens;
+  if (draft && (settings.speculation === 'draft' || settings.speculation === 'auto')) out.draft_model = draft;
   return out;
 }
