@@ -113,6 +113,8 @@ connection.onInitialized(() => {
 connection.onDidChangeConfiguration((params) => applySettings(params.settings));
 connection.onRequest('runahead/restartEngine', async () => {
   pipeline.cancelAll();
+  model = undefined; // read the model folder again too: it may have been fixed or replaced
+  loadModel();
   await supervisor.restart();
   return status();
 });
