@@ -87,3 +87,33 @@ describe('completion pipeline (server + fake engine)', function () {
     assert.equal(client.metrics.length, 0);
   });
 });
+
+describe('server status when something is missing', function () {
+  this.timeout(20000);
+
+  it('says which model folder is missing and which setting to set, and serves nothing', async () => {
+    const client = new TestClient({ modelPath: '/nonexistent/model', enginePath: fakeEngine });
+    try {
+      await client.initialize();
+      const s = await client.waitStatus((x) => x.state === 'error');
+      assert.match(s.message, /no model at \/nonexistent\/model/);
+      assert.match(s.message, /runahead\.modelPath/);
+      client.open(uri, doc(''));
+      assert.equal(await client.complete(uri, line, col('')), null);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('recovers when the setting is fixed', async () => {
+    const client = new TestClient({ modelPath: '/nonexistent/model', enginePath: fakeEngine });
+    try {
+      await client.initialize();
+      await client.waitStatus((x) => x.state === 'error');
+      void client.conn.sendNotification('workspace/didChangeConfiguration', { settings: { runahead: { modelPath: fixtureModel } } });
+      await client.waitStatus((x) => x.state === 'ready');
+    } finally {
+      await client.close();
+    }
+  });
+});
