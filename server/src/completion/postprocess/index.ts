@@ -4,6 +4,7 @@ import type { Filter, FilterContext } from './context';
 import { stopAtInvalidText } from './stopAtInvalidText';
 import { singleLineWhenTextFollows } from './singleLineWhenTextFollows';
 import { limitScopeByIndentation } from './limitScopeByIndentation';
+import { removeRepeatedLines } from './removeRepeatedLines';
 import { dropDuplicateSuffixLines } from './dropDuplicateSuffixLines';
 import { balanceBrackets } from './balanceBrackets';
 import { removeSuffixOverlap } from './removeSuffixOverlap';
@@ -13,6 +14,7 @@ export const filters: Record<string, Filter> = {
   stopAtInvalidText,
   singleLineWhenTextFollows,
   limitScopeByIndentation,
+  removeRepeatedLines,
   dropDuplicateSuffixLines,
   balanceBrackets,
   removeSuffixOverlap,
