@@ -15,6 +15,7 @@ import { AdaptiveDebounce, type Cancellable } from './debounce';
 import type { FimBuilder } from './fim';
 import { postprocess, type FilterContext } from './postprocess';
 import { linesInBlock } from './postprocess/limitScopeByIndentation';
+import { removeRepeatedLines } from './postprocess/removeRepeatedLines';
 import { currentLinePrefix, currentLineSuffix } from './postprocess/context';
 import { textFollowsCursor } from './postprocess/singleLineWhenTextFollows';
 import { Prefetcher } from './prefetch';
@@ -48,11 +49,13 @@ interface Place {
 
 const neverCancelled: Cancellable = { isCancellationRequested: false };
 
-/** Enough tokens: the one line is done, or the block has ended. */
+/** Enough tokens: the one line is done, the block has ended, or the model loops on a line. */
 export function completionIsComplete(text: string, ctx: FilterContext): boolean {
   if (textFollowsCursor(currentLineSuffix(ctx))) return text.includes('\n');
   const lines = text.split('\n');
-  return lines.length > 1 && linesInBlock(lines, currentLinePrefix(ctx)) < lines.length;
+  if (lines.length < 2) return false;
+  const complete = text.slice(0, text.lastIndexOf('\n'));
+  return linesInBlock(lines, currentLinePrefix(ctx)) < lines.length || removeRepeatedLines(complete, ctx) !== complete;
 }
 
 /** How requests ended, for runahead/stats (the reliability bench reads them). */
