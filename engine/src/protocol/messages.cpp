@@ -46,7 +46,7 @@ nlohmann::json tokens_message(const nlohmann::json& id, std::span<const int32_t>
 }
 
 nlohmann::json stats_json(const GenerateStats& s) {
-  return {{"prompt_tokens", s.prompt_tokens},
+  nlohmann::json j = {{"prompt_tokens", s.prompt_tokens},
           {"reused_tokens", s.reused_tokens},
           {"prefill_ms", rounded(s.prefill_ms)},
           {"ttft_ms", rounded(s.ttft_ms)},
@@ -57,6 +57,8 @@ nlohmann::json stats_json(const GenerateStats& s) {
           {"drafted", s.drafted},
           {"accepted", s.accepted},
           {"accepted_per_step", rounded(s.accepted_per_step)}};
+  if (!s.speculation.drafter.empty()) j["speculation"] = s.speculation.to_json();  // a speculator ran
+  return j;
 }
 
 nlohmann::json done_message(const nlohmann::json& id, FinishReason finish, const GenerateStats& stats) {

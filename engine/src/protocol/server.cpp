@@ -118,19 +118,25 @@ void Server::send_cancelled(const Job& job) {
   out_.write(done_message(job.request.id, FinishReason::Cancelled, stats));
 }
 
+std::vector<Server::Job> Server::take_queued_generations(const nlohmann::json* id) {
+  std::vector<Job> taken;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->request.type == RequestType::Generate && (!id || it->request.id == *id)) {
+      taken.push_back(std::move(*it));
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return taken;
+}
+
 void Server::cancel(const nlohmann::json& id) {
   std::vector<Job> removed;
   bool found = false;
   {
     std::lock_guard lock(mutex_);
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      if (it->request.type == RequestType::Generate && it->request.id == id) {
-        removed.push_back(std::move(*it));
-        it = queue_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    removed = take_queued_generations(&id);
     if (running_ && running_->request.type == RequestType::Generate && running_->request.id == id) {
       running_->cancel->store(true);
       found = true;
@@ -145,16 +151,13 @@ void Server::cancel(const nlohmann::json& id) {
 }
 
 void Server::cancel_all() {
-  std::deque<Job> dropped;
+  std::vector<Job> removed;
   {
     std::lock_guard lock(mutex_);
-    dropped.swap(queue_);
-    for (const Job& job : dropped)
-      if (job.request.type == RequestType::Load) --loads_pending_;
+    removed = take_queued_generations(nullptr);
     if (running_) running_->cancel->store(true);
   }
-  for (const Job& job : dropped)
-    if (job.request.type == RequestType::Generate) send_cancelled(job);
+  for (const Job& job : removed) send_cancelled(job);
 }
 
 nlohmann::json Server::stats_message() {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "protocol/requests.h"
 #include "protocol/writer.h"
@@ -33,9 +34,11 @@ class Server {
   void dispatch(Request request);
   void enqueue(Request request);
   void cancel(const nlohmann::json& id);
-  // Shutdown: the running generation stops, queued work is dropped (generations end cancelled).
+  // Shutdown: the running and queued generations end cancelled; queued loads and unloads still run.
   void cancel_all();
   void send_cancelled(const Job& job);
+  // Removes the queued generations with this id (all of them for nullptr); mutex_ held.
+  std::vector<Job> take_queued_generations(const nlohmann::json* id);
   nlohmann::json stats_message();
 
   void work();

@@ -69,12 +69,19 @@ bool Generator::prefill(std::span<const int32_t> tokens, const StopChecker& stop
   for (size_t begin = 0; begin < tokens.size(); begin += options_.prefill_chunk) {
     if (stop.before_step(cancel.load(), ms_between(start, Clock::now())) != FinishReason::None) return false;
     const size_t n = std::min<size_t>(options_.prefill_chunk, tokens.size() - begin);
-    forward(tokens.subspan(begin, n), 1);  // backends give at least one logits row; the last chunk's is used
+    const int pos0 = backend_.kv_len();
+    const auto chunk = tokens.subspan(begin, n);
+    forward(chunk, 1);  // backends give at least one logits row; the last chunk's is used
+    if (options_.speculator) options_.speculator->observed(pos0, chunk);
   }
   return true;
 }
 
-Generator::Step Generator::decode_step(int32_t pending, Sampler& sampler) {
+Generator::Step Generator::decode_step(int32_t pending, Sampler& sampler, int budget) {
+  if (options_.speculator) {
+    SpecStep step = options_.speculator->step(cached_, pending, sampler, budget, logits_);
+    return Step{std::move(step.tokens), step.drafted, step.accepted};
+  }
   const int32_t one[1] = {pending};
   forward(one, 1);
   return Step{{sampler.sample(logits_)}, 0, 0};
@@ -100,6 +107,7 @@ GenerateResult Generator::generate(const GenerateRequest& request, const TokenSi
   stats.prompt_tokens = static_cast<int>(request.prompt.size());
   const auto elapsed = [&] { return ms_between(start, Clock::now()); };
 
+  if (options_.speculator) options_.speculator->begin();
   try {
     stats.reused_tokens = reuse_prefix(request.prompt);
     const auto prefill_start = Clock::now();
@@ -143,7 +151,7 @@ GenerateResult Generator::generate(const GenerateRequest& request, const TokenSi
           break;
         }
         step_start = Clock::now();
-        Step step = decode_step(out.back(), sampler);
+        Step step = decode_step(out.back(), sampler, request.max_tokens - stats.tokens);
         decode_ms += ms_between(step_start, Clock::now());
         ++stats.steps;
         stats.drafted += step.drafted;
@@ -160,6 +168,10 @@ GenerateResult Generator::generate(const GenerateRequest& request, const TokenSi
     // A forward that failed half-way leaves the backend's cache unknown: start afresh next time.
     rollback(0);
     throw;
+  }
+  if (options_.speculator) {
+    options_.speculator->end(cached_);
+    stats.speculation = options_.speculator->stats();
   }
   stats.total_ms = elapsed();
   return result;

@@ -12,6 +12,7 @@
 #include "runtime/backend.h"
 #include "runtime/sampler.h"
 #include "runtime/sampling.h"
+#include "runtime/scheduler.h"
 #include "runtime/stopping.h"
 
 namespace runahead {
@@ -37,6 +38,7 @@ struct GenerateStats {
   int drafted = 0;
   int accepted = 0;
   double accepted_per_step = 0;  // tokens the decode steps produced, per step
+  SpeculationStats speculation;  // per drafter; empty without a speculator
 };
 
 struct GenerateResult {
@@ -51,6 +53,7 @@ struct GeneratorOptions {
   std::vector<int32_t> eos_ids;      // always stop, never emitted
   std::vector<int32_t> newline_ids;  // for the soft deadline
   int prefill_chunk = 512;           // tokens per prefill forward: bounds activations, lets cancel in
+  Speculator* speculator = nullptr;  // not owned; null: one token per decode step
 };
 
 class Generator {
@@ -88,8 +91,10 @@ class Generator {
   // Returns false if cancelled or past the hard deadline between chunks.
   bool prefill(std::span<const int32_t> tokens, const StopChecker& stop, Clock::time_point start,
                const std::atomic<bool>& cancel);
-  // Runs `pending` (the last token emitted, not yet in the cache) and samples what follows.
-  Step decode_step(int32_t pending, Sampler& sampler);
+  // Runs `pending` (the last token emitted, not yet in the cache) and returns what follows:
+  // one sampled token, or with a speculator the accepted drafts and the target's next token,
+  // at most `budget` of them.
+  Step decode_step(int32_t pending, Sampler& sampler, int budget);
   void forward(std::span<const int32_t> tokens, int n_out);
 
   Backend& backend_;
