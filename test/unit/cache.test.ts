@@ -23,6 +23,14 @@ describe('type-through cache', () => {
     assert.equal(c.get(uri, `# edited\n${prefix}`, suffix), undefined);
   });
 
+  it('still answers when the editor auto-closed the bracket the user typed', () => {
+    const c = new CompletionCache();
+    c.put(uri, prefix, suffix, 'os.getcwd()');
+    assert.equal(c.get(uri, `${prefix}os.getcwd(`, `)${suffix}`)?.text, ')');
+    assert.equal(c.get(uri, `${prefix}os.getcwd(`, `]${suffix}`)?.text, ')', 'the closer is not checked here: post-processing decides');
+    assert.equal(c.get(uri, `${prefix}os.getcwd(`, `x)${suffix}`), undefined);
+  });
+
   it('prefers the newest entry and forgets a closed file', () => {
     const c = new CompletionCache();
     c.put(uri, prefix, suffix, 'first()');

@@ -51,6 +51,16 @@ describe('completion pipeline (server + fake engine)', function () {
     assert.equal(engineRuns(), before, 'the engine was not asked');
   });
 
+  it('types through a bracket the editor auto-closed: the rest, without doubling the closer', async () => {
+    await client.complete(uri, line, col(''), undefined, 2);
+    await sleep(50);
+    const before = engineRuns();
+    client.replace(uri, doc('foo()'));
+    const r = await client.complete(uri, line, col('foo('), undefined, 2);
+    assert.equal(r?.items[0].insertText, 'x');
+    assert.equal(engineRuns(), before, 'the engine was not asked');
+  });
+
   it('prefetches the next completion: accepting shows it without a new engine request', async () => {
     await client.complete(uri, line, col(''), undefined, 2);
     await sleep(300); // the prefetch of what follows "foo(x)" runs meanwhile

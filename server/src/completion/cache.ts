@@ -36,11 +36,20 @@ export class CompletionCache {
     if (this.entries.length > this.capacity) this.entries.shift();
   }
 
+  /**
+   * The rest of a cached completion the user has typed into. The editor may
+   * have auto-closed a bracket or quote the user typed (`(` → `()`), so up to
+   * a few closing characters before the cached suffix still match; the caller
+   * removes what the completion would duplicate (post-processing).
+   */
   get(uri: string, prefix: string, suffix: string): CacheHit | undefined {
-    const suffixHead = suffix.slice(0, SUFFIX_HEAD);
+    const closers = /^[)\]}"'`]{0,3}/.exec(suffix)![0].length;
     for (let i = this.entries.length - 1; i >= 0; i--) {
       const e = this.entries[i];
-      if (e.uri !== uri || e.suffixHead !== suffixHead || prefix.length < e.prefixLen) continue;
+      if (e.uri !== uri || prefix.length < e.prefixLen) continue;
+      let k = 0;
+      while (k <= closers && suffix.slice(k, k + SUFFIX_HEAD) !== e.suffixHead) k++;
+      if (k > closers) continue;
       if (prefix.slice(e.prefixLen - e.prefixTail.length, e.prefixLen) !== e.prefixTail) continue;
       const typed = prefix.slice(e.prefixLen);
       if (typed.length < e.completion.length && e.completion.startsWith(typed)) {

@@ -122,9 +122,11 @@ export class CompletionPipeline {
 
     const hit = this.cache.get(place.uri, place.prefix, place.suffix);
     if (hit) {
+      // Filters again: the text after the cursor may have changed (an auto-closed bracket).
+      const text = postprocess(hit.text, { prefix: place.prefix, suffix: place.suffix, languageId: place.languageId });
       this.counters.fromCache++;
-      served('cache', hit.text, 0);
-      return answer(hit.text);
+      served('cache', text, 0);
+      return answer(text);
     }
     const pending = this.prefetcher.matching(place);
     if (pending) {
