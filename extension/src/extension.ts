@@ -64,13 +64,24 @@ async function toggle(): Promise<void> {
 }
 
 async function selectModel(): Promise<void> {
-  const picked = await vscode.window.showOpenDialog({
-    canSelectFolders: true,
-    canSelectFiles: false,
-    openLabel: 'Use this model',
-    title: 'Runahead: a Hugging Face model folder (config.json, *.safetensors, tokenizer.json)',
-  });
-  if (picked?.[0]) await vscode.workspace.getConfiguration('runahead').update('modelPath', picked[0].fsPath, vscode.ConfigurationTarget.Global);
+  const config = vscode.workspace.getConfiguration('runahead');
+  const current = config.get<string>('modelPath', '');
+  const pick = await vscode.window.showQuickPick(
+    [
+      { label: '$(package) Embedded model', description: current ? '' : 'current', path: '' },
+      ...(current ? [{ label: `$(folder) ${path.basename(current)}`, description: `current: ${current}`, path: current }] : []),
+      { label: '$(folder-opened) Choose a model folder…', description: 'a Hugging Face folder: config.json, *.safetensors, tokenizer.json', path: undefined },
+    ],
+    { title: 'Runahead: model' },
+  );
+  if (!pick) return;
+  let chosen = pick.path;
+  if (chosen === undefined) {
+    const folder = await vscode.window.showOpenDialog({ canSelectFolders: true, canSelectFiles: false, openLabel: 'Use this model', title: 'Runahead: a Hugging Face model folder' });
+    if (!folder?.[0]) return;
+    chosen = folder[0].fsPath;
+  }
+  if (chosen !== current) await config.update('modelPath', chosen, vscode.ConfigurationTarget.Global);
 }
 
 async function showMenu(): Promise<void> {
