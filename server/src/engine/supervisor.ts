@@ -45,6 +45,13 @@ export const defaultTiming: SupervisorTiming = {
   maxFailures: 6,
 };
 
+/** The log level of a line the engine wrote to stderr, from its wording. */
+export function stderrLevel(line: string): 'info' | 'warn' | 'error' {
+  if (/\b(error|fatal|abort)/i.test(line)) return 'error';
+  if (/\bwarn(ing)?\b/i.test(line)) return 'warn';
+  return 'info';
+}
+
 function timeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout;
   return Promise.race([
@@ -162,7 +169,7 @@ export class EngineSupervisor extends EventEmitter {
       return;
     }
 
-    const conn = new EngineConnection(engine.path, [], (line) => this.log('info', `[engine] ${line}`));
+    const conn = new EngineConnection(engine.path, [], (line) => this.log(stderrLevel(line), `[engine] ${line}`));
     this.conn = conn;
     void conn.exited.then(({ code, signal }) => {
       if (current()) this.onCrash(epoch, signal ? `killed by ${signal}` : `exited with code ${code}`);
