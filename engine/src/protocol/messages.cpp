@@ -4,6 +4,7 @@
 
 #include "model/config.h"
 #include "protocol/requests.h"
+#include "runtime/speculative.h"
 #include "runtime/version.h"
 
 namespace runahead {
@@ -24,7 +25,7 @@ nlohmann::json hello_message() {
             {"architectures", supported_architectures()},
             {"dtypes", {"bf16", "f16", "f32"}},
             {"sampling", {"greedy", "temperature", "top_k", "top_p", "seed"}},
-            {"speculation", nlohmann::json::array()},
+            {"speculation", speculation_modes()},
             {"max_line_bytes", kMaxLineBytes}}}};
 }
 

@@ -1,8 +1,10 @@
 #include "protocol/requests.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "protocol/fields.h"
+#include "runtime/speculative.h"
 
 namespace runahead {
 
@@ -79,6 +81,18 @@ LoadRequest parse_load(const json& request) {
     load.options.context_length = static_cast<int>(as_int(*v, "options.context_length", 0, kMaxInt32));
   if (const json* v = optional_field(*options, "newline_tokens"))
     load.options.newline_tokens = as_token_ids(*v, "options.newline_tokens");
+  SpeculationOptions& speculation = load.options.speculation;
+  if (const json* v = optional_field(*options, "speculation")) {
+    speculation.mode = as_string(*v, "options.speculation");
+    const auto& modes = speculation_modes();
+    if (std::find(modes.begin(), modes.end(), speculation.mode) == modes.end())
+      throw EngineError("bad_request", "options.speculation: unknown mode \"" + speculation.mode + "\"", {},
+                        "options.speculation", "auto, off, lookup, mtp or draft");
+  }
+  if (const json* v = optional_field(*options, "max_draft"))
+    speculation.max_draft = static_cast<int>(as_int(*v, "options.max_draft", 1, 32));
+  if (const json* v = optional_field(*options, "draft_model"))
+    speculation.draft_model = as_string(*v, "options.draft_model");
   return load;
 }
 

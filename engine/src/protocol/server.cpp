@@ -186,29 +186,35 @@ void Server::work() {
       queue_.pop_front();
       running_ = job;
     }
+    // The final message goes out only after the state is updated, so a client that
+    // reacts to it at once (a new load, a stats request) sees the request as finished.
+    nlohmann::json final;
     try {
       switch (job->request.type) {
-        case RequestType::Load: run_load(*job); break;
-        case RequestType::Generate: run_generate(*job); break;
-        case RequestType::Unload: run_unload(*job); break;
+        case RequestType::Load: final = run_load(*job); break;
+        case RequestType::Generate: final = run_generate(*job); break;
+        case RequestType::Unload: final = run_unload(*job); break;
         default: break;  // the reader answers the others
       }
     } catch (const EngineError& e) {
-      out_.write(error_message(e, job->request.id));
+      final = error_message(e, job->request.id);
     } catch (const std::exception& e) {
-      out_.write(error_message(internal_error(e), job->request.id));
+      final = error_message(internal_error(e), job->request.id);
     }
-    std::lock_guard lock(mutex_);
-    if (job->request.type == RequestType::Load) --loads_pending_;
-    if (session_) {
-      kv_tokens_ = static_cast<int>(session_->generator().cached_tokens().size());
-      context_length_ = session_->backend().context_length();
+    {
+      std::lock_guard lock(mutex_);
+      if (job->request.type == RequestType::Load) --loads_pending_;
+      if (session_) {
+        kv_tokens_ = static_cast<int>(session_->generator().cached_tokens().size());
+        context_length_ = session_->backend().context_length();
+      }
+      running_.reset();
     }
-    running_.reset();
+    if (!final.is_null()) out_.write(final);
   }
 }
 
-void Server::run_load(const Job& job) {
+nlohmann::json Server::run_load(const Job& job) {
   const auto& load = std::get<LoadRequest>(job.request.body);
   forget_model();  // the old model goes first so two never share memory; a failed load leaves none
   std::string last_stage;
@@ -223,16 +229,14 @@ void Server::run_load(const Job& job) {
   };
   std::unique_ptr<Session> session = Session::open(load.model, load.options, progress);
   nlohmann::json loaded = {{"type", "loaded"}, {"id", job.request.id}, {"report", session->report()}};
-  {
-    std::lock_guard lock(mutex_);
-    session_ = std::move(session);
-    model_ = load.model;
-    backend_ = session_->backend().name();
-  }
-  out_.write(loaded);
+  std::lock_guard lock(mutex_);
+  session_ = std::move(session);
+  model_ = load.model;
+  backend_ = session_->backend().name();
+  return loaded;
 }
 
-void Server::run_generate(const Job& job) {
+nlohmann::json Server::run_generate(const Job& job) {
   if (!session_)
     throw EngineError("not_loaded", "generate: no model is loaded; send a load request first", {}, {},
                       "a loaded model");
@@ -242,11 +246,9 @@ void Server::run_generate(const Job& job) {
     if (!out_.write(tokens_message(job.request.id, tokens, ms))) cancel.store(true);  // nobody reads
   };
   const GenerateResult result = session_->generator().generate(request, sink, cancel);
-  {
-    std::lock_guard lock(mutex_);
-    tokens_generated_ += result.stats.tokens;
-  }
-  out_.write(done_message(job.request.id, result.finish, result.stats));
+  std::lock_guard lock(mutex_);
+  tokens_generated_ += result.stats.tokens;
+  return done_message(job.request.id, result.finish, result.stats);
 }
 
 void Server::forget_model() {
@@ -257,9 +259,9 @@ void Server::forget_model() {
   kv_tokens_ = context_length_ = 0;
 }
 
-void Server::run_unload(const Job& job) {
+nlohmann::json Server::run_unload(const Job& job) {
   forget_model();
-  out_.write({{"type", "unloaded"}, {"id", job.request.id}});
+  return {{"type", "unloaded"}, {"id", job.request.id}};
 }
 
 }  // namespace runahead

@@ -42,9 +42,10 @@ class Server {
   nlohmann::json stats_message();
 
   void work();
-  void run_load(const Job& job);
-  void run_generate(const Job& job);
-  void run_unload(const Job& job);
+  // Each returns the request's final message; work() sends it once the state is updated.
+  nlohmann::json run_load(const Job& job);
+  nlohmann::json run_generate(const Job& job);
+  nlohmann::json run_unload(const Job& job);
   void forget_model();
 
   MessageWriter out_;

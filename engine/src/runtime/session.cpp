@@ -6,6 +6,7 @@
 
 #include "model/error.h"
 #include "runtime/newline_tokens.h"
+#include "runtime/speculative.h"
 
 namespace runahead {
 
@@ -54,10 +55,15 @@ std::unique_ptr<Session> Session::open(const std::string& model, const LoadOptio
   const ModelConfig& config = session->weights_->config;
   const std::vector<int32_t> newline_ids = newline_tokens_for(model, options);
 
-  session->backend_ =
-      make_cpu_backend(session->weights_, BackendOptions{options.threads, options.context_length});
+  const BackendOptions backend_options{options.threads, options.context_length};
+  session->backend_ = make_cpu_backend(session->weights_, backend_options);
+  nlohmann::json speculation;
+  session->speculator_ = open_speculator(*session->backend_, session->weights_, model, options.speculation,
+                                         make_cpu_backend, backend_options, speculation);
   session->generator_ = std::make_unique<Generator>(
-      *session->backend_, GeneratorOptions{.eos_ids = config.eos_token_ids, .newline_ids = newline_ids});
+      *session->backend_, GeneratorOptions{.eos_ids = config.eos_token_ids,
+                                           .newline_ids = newline_ids,
+                                           .speculator = session->speculator_.get()});
 
   const nlohmann::json described = session->backend_->describe();
   nlohmann::json optimizations = described.is_object() ? described.value("optimizations", nlohmann::json::object())
@@ -77,6 +83,7 @@ std::unique_ptr<Session> Session::open(const std::string& model, const LoadOptio
       {"layers", config.num_layers},
       {"newline_tokens", newline_ids.size()},
       {"optimizations", optimizations},
+      {"speculation", speculation},
   };
   return session;
 }

@@ -12,6 +12,7 @@
 #include "model/weights.h"
 #include "runtime/backend.h"
 #include "runtime/generator.h"
+#include "runtime/scheduler.h"
 
 namespace runahead {
 
@@ -20,12 +21,14 @@ struct LoadOptions {
   int threads = 0;
   int context_length = 0;
   std::optional<std::vector<int32_t>> newline_tokens;  // absent: from the folder's tokenizer.json
+  SpeculationOptions speculation;
 };
 
 class Session {
  public:
   // `model` is a model folder or "random:<shape>". Throws EngineError: "model_error"
-  // from the loader, "bad_request" (field options.backend) for a backend this build lacks.
+  // from the loader, "bad_request" (field options.backend) for a backend this build lacks,
+  // either of them from open_speculator for a speculation mode that cannot be active.
   static std::unique_ptr<Session> open(const std::string& model, const LoadOptions& options,
                                        const ProgressFn& progress = {});
 
@@ -38,7 +41,9 @@ class Session {
  private:
   std::string model_;
   std::shared_ptr<const ModelWeights> weights_;
+  // Declared in the order they depend on each other, so they are destroyed in reverse.
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Speculator> speculator_;  // null when speculation is off
   std::unique_ptr<Generator> generator_;
   nlohmann::json report_;
 };
