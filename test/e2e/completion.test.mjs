@@ -43,6 +43,7 @@ describe('Runahead in a real editor (code-server + headless Chromium)', function
     tools = ensureTools();
     const vsix = buildVsix();
     const model = chooseModel();
+    console.log(`[e2e] model: ${model.path}${model.isDefault ? ' (the embedded default, from the .vsix)' : ' (FIXTURE, via runahead.modelPath)'}`);
     run = makeRunDir({ settings: model.isDefault ? {} : { 'runahead.modelPath': model.path } });
     installExtension(tools, run, vsix);
     server = await startCodeServer(tools, run);

@@ -16,18 +16,15 @@ export function buildVsix() {
   if (!pkg.scripts?.package) throw new Error('package.json has no "package" script to build the .vsix (set RUNAHEAD_E2E_VSIX to use a prebuilt one)');
   const started = Date.now();
   console.log('[e2e] $ npm run package');
-  const r = spawnSync('npm', ['run', 'package'], { cwd: repoRoot, encoding: 'utf8', maxBuffer: 256 << 20, timeout: 900_000 });
-  const out = `${r.stdout ?? ''}${r.stderr ?? ''}`;
-  if (r.status !== 0) throw new Error(`npm run package failed (status ${r.status}):\n${out.slice(-4000)}`);
-  // The .vsix it names in its output, else the newest one in the repository root or dist/.
-  const named = [...out.matchAll(/(\S+\.vsix)\b/g)].map((m) => m[1]).map((p) => (p.startsWith('/') ? p : join(repoRoot, p))).filter(existsSync);
-  const found = [repoRoot, join(repoRoot, 'dist')]
+  // Its output streams through: an engine rebuild can take minutes.
+  const r = spawnSync('npm', ['run', 'package'], { cwd: repoRoot, stdio: ['ignore', 'inherit', 'inherit'], timeout: 30 * 60_000, killSignal: 'SIGKILL' });
+  if (r.status !== 0) throw new Error(`npm run package failed (status ${r.status}${r.signal ? `, ${r.signal}` : ''}); its output is above`);
+  const vsix = [repoRoot, join(repoRoot, 'dist')]
     .filter(existsSync)
     .flatMap((d) => readdirSync(d).filter((n) => n.endsWith('.vsix')).map((n) => join(d, n)))
     .filter((p) => statSync(p).mtimeMs >= started - 1000)
-    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
-  const vsix = named.at(-1) ?? found[0];
-  if (!vsix) throw new Error(`npm run package succeeded but made no new .vsix in ${repoRoot} or dist/:\n${out.slice(-2000)}`);
+    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)[0];
+  if (!vsix) throw new Error(`npm run package succeeded but wrote no new .vsix in ${repoRoot} or dist/`);
   console.log(`[e2e] built ${vsix} (${(statSync(vsix).size / 2 ** 20).toFixed(1)} MiB) in ${((Date.now() - started) / 1000).toFixed(0)}s`);
   return vsix;
 }
