@@ -92,6 +92,7 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 }
 
 nlohmann::json bench(const CudaBenchArgs& a) {
+  if (!cuda_available()) throw EngineError("cuda_error", "no CUDA device is available");
   auto weights = std::make_shared<ModelWeights>(a.model.empty() ? random_model(a.random_shape) : load_model(a.model));
   const ModelConfig& c = weights->config;
   const double bandwidth = copy_bandwidth(size_t(2) << 30);

@@ -18,6 +18,9 @@
 #include "model/error.h"
 #include "model/weights.h"
 #include "runtime/backend.h"
+#ifdef RUNAHEAD_CUDA
+#include "cuda/cuda_backend.h"
+#endif
 
 namespace runahead {
 namespace {
@@ -33,7 +36,9 @@ struct BenchArgs {
 
 constexpr const char* kUsage =
     "usage: runahead-engine bench (--model DIR | --random-shape qwen2.5-coder-0.5b|1.5b|7b)\n"
-    "                             [--ctx N] [--tokens N] [--threads N] [--json]\n";
+    "                             [--ctx N] [--tokens N] [--threads N] [--json]\n"
+    "       runahead-engine bench --backend cuda (--model DIR | --random-shape ...)\n"
+    "                             [--ctx N] [--tokens N] [--prefill N] [--reps N] [--json]\n";
 
 // Throws std::invalid_argument naming the bad argument.
 BenchArgs parse_args(int argc, char** argv) {
@@ -162,6 +167,26 @@ int run_bench(int argc, char** argv) {
       std::cout << kUsage;
       return 0;
     }
+  }
+  // --backend cuda hands the whole command to the CUDA bench; --backend cpu is this one.
+  for (int i = 0; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) != "--backend") continue;
+    const std::string backend = argv[i + 1];
+    if (backend == "cuda") {
+#ifdef RUNAHEAD_CUDA
+      return run_cuda_bench(argc, argv);
+#else
+      std::cerr << "bench: this engine was built without CUDA\n";
+      return 1;
+#endif
+    }
+    if (backend != "cpu") {
+      std::cerr << "bench: --backend expects cpu or cuda, got '" << backend << "'\n" << kUsage;
+      return 2;
+    }
+    std::vector<char*> rest(argv, argv + i);
+    rest.insert(rest.end(), argv + i + 2, argv + argc);
+    return run_bench(int(rest.size()), rest.data());
   }
   BenchArgs args;
   try {
