@@ -61,14 +61,15 @@ CostTable measure_costs(Backend& target, int max_width, int reps) {
   time(1);  // warms up
   // Widths in rounds, the ends first, the fastest run of each kept: a busy machine only
   // ever adds time. `reps` rounds, fewer when they do not fit in a quarter of a second
-  // (a large model on a CPU), but always both ends; widths left out are interpolated.
+  // (a large model on a CPU), but both ends at least three times; widths left out are
+  // interpolated.
   std::vector<int> order = {1, max_width};
   for (int w = 2; w < max_width; ++w) order.push_back(w);
   table.ms.assign(size_t(max_width), INFINITY);
   const auto begin = Clock::now();
   for (int r = 0; r < reps; ++r) {
     for (size_t i = 0; i < order.size(); ++i) {
-      if ((r > 0 || i >= 2) && ms_since(begin) > 250) break;
+      if ((r >= 3 || i >= 2) && ms_since(begin) > 250) break;
       const int w = order[i];
       table.ms[size_t(w - 1)] = std::min(table.ms[size_t(w - 1)], time(w));
     }
