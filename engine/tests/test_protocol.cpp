@@ -2,6 +2,7 @@
 // answered with a structured error, and the engine still alive after each.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -81,7 +82,8 @@ TEST_CASE("protocol: hello reports version 1 and the line limit") {
   CHECK((*hello)["type"] == "hello");
   CHECK((*hello)["protocol"] == 1);
   CHECK((*hello)["capabilities"]["max_line_bytes"] == 4 * 1024 * 1024);
-  CHECK((*hello)["capabilities"]["backends"] == json{"cpu"});
+  const json backends = (*hello)["capabilities"]["backends"];
+  CHECK(std::find(backends.begin(), backends.end(), "cpu") != backends.end());
 }
 
 TEST_CASE("protocol: generate before load is not_loaded; stats say not loaded") {
@@ -189,12 +191,18 @@ TEST_CASE("protocol: a model folder that cannot load is model_error with file an
   CHECK(e.contains("expected"));
   check_alive(engine);
 
-  engine.send_line(R"({"type":"load","id":"c","model":"random:qwen2.5-coder-0.5b","options":{"backend":"cuda"}})");
-  e = next_error(engine);
-  CHECK(e["code"] == "bad_request");
-  CHECK(e["field"] == "options.backend");
-  CHECK(e["message"].get<std::string>().find("no CUDA backend") != std::string::npos);
-  check_alive(engine);
+  engine.send_line(R"({"type":"hello"})");
+  const auto hello = engine.read_until([](const json& m) { return m["type"] == "hello"; });
+  REQUIRE(hello);
+  const json backends = (*hello)["capabilities"]["backends"];
+  if (std::find(backends.begin(), backends.end(), "cuda") == backends.end()) {
+    engine.send_line(R"({"type":"load","id":"c","model":"random:qwen2.5-coder-0.5b","options":{"backend":"cuda"}})");
+    e = next_error(engine);
+    CHECK(e["code"] == "bad_request");
+    CHECK(e["field"] == "options.backend");
+    CHECK(e["message"].get<std::string>().find("no CUDA backend") != std::string::npos);
+    check_alive(engine);
+  }
   fs::remove_all(dir);
 }
 

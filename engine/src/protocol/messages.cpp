@@ -4,6 +4,7 @@
 
 #include "model/config.h"
 #include "protocol/requests.h"
+#include "runtime/session.h"
 #include "runtime/speculative.h"
 #include "runtime/version.h"
 
@@ -21,7 +22,7 @@ nlohmann::json hello_message() {
           {"protocol", kProtocolVersion},
           {"engine", kEngineVersion},
           {"capabilities",
-           {{"backends", {"cpu"}},
+           {{"backends", built_backends()},
             {"architectures", supported_architectures()},
             {"dtypes", {"bf16", "f16", "f32"}},
             {"sampling", {"greedy", "temperature", "top_k", "top_p", "seed"}},

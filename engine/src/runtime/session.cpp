@@ -8,20 +8,46 @@
 #include "runtime/newline_tokens.h"
 #include "runtime/speculative.h"
 
+#ifdef RUNAHEAD_CUDA
+#include "cuda/cuda_backend.h"
+#endif
+
 namespace runahead {
 
 namespace {
 
 constexpr std::string_view kRandomPrefix = "random:";
 
-// Refuses a backend this build cannot run before any loading work starts.
-void require_backend(const std::string& backend) {
-  if (backend == "auto" || backend == "cpu") return;
-  if (backend == "cuda")
+// The backend `requested` names on this machine ("auto": CUDA when built and a device is
+// usable, else the CPU), checked before any loading work starts.
+std::string resolve_backend(const std::string& requested) {
+  if (requested == "cpu") return "cpu";
+#ifdef RUNAHEAD_CUDA
+  if (requested == "auto") return cuda_available() ? "cuda" : "cpu";
+  if (requested == "cuda") {
+    if (!cuda_available())
+      throw EngineError("bad_request", "options.backend: no usable CUDA device on this machine", {},
+                        "options.backend", "\"auto\" or \"cpu\" without a GPU");
+    return "cuda";
+  }
+#else
+  if (requested == "auto") return "cpu";
+  if (requested == "cuda")
     throw EngineError("bad_request", "options.backend: this build has no CUDA backend", {}, "options.backend",
                       "\"auto\" or \"cpu\"");
-  throw EngineError("bad_request", "options.backend: unknown backend \"" + backend + "\"", {},
+#endif
+  throw EngineError("bad_request", "options.backend: unknown backend \"" + requested + "\"", {},
                     "options.backend", "\"auto\", \"cpu\" or \"cuda\"");
+}
+
+BackendFactory backend_factory([[maybe_unused]] const std::string& backend) {
+#ifdef RUNAHEAD_CUDA
+  if (backend == "cuda")
+    return [](std::shared_ptr<const ModelWeights> weights, const BackendOptions& options) -> std::unique_ptr<Backend> {
+      return make_cuda_backend(std::move(weights), options);
+    };
+#endif
+  return make_cpu_backend;
 }
 
 std::string lowercase(std::string s) {
@@ -43,9 +69,18 @@ std::vector<int32_t> newline_tokens_for(const std::string& model, const LoadOpti
 
 }  // namespace
 
+const std::vector<std::string>& built_backends() {
+#ifdef RUNAHEAD_CUDA
+  static const std::vector<std::string> backends = {"cpu", "cuda"};
+#else
+  static const std::vector<std::string> backends = {"cpu"};
+#endif
+  return backends;
+}
+
 std::unique_ptr<Session> Session::open(const std::string& model, const LoadOptions& options,
                                        const ProgressFn& progress) {
-  require_backend(options.backend);
+  const BackendFactory make_backend = backend_factory(resolve_backend(options.backend));
 
   auto session = std::unique_ptr<Session>(new Session());
   session->model_ = model;
@@ -56,10 +91,10 @@ std::unique_ptr<Session> Session::open(const std::string& model, const LoadOptio
   const std::vector<int32_t> newline_ids = newline_tokens_for(model, options);
 
   const BackendOptions backend_options{options.threads, options.context_length};
-  session->backend_ = make_cpu_backend(session->weights_, backend_options);
+  session->backend_ = make_backend(session->weights_, backend_options);
   nlohmann::json speculation;
   session->speculator_ = open_speculator(*session->backend_, session->weights_, model, options.speculation,
-                                         make_cpu_backend, backend_options, speculation);
+                                         make_backend, backend_options, speculation);
   session->generator_ = std::make_unique<Generator>(
       *session->backend_, GeneratorOptions{.eos_ids = config.eos_token_ids,
                                            .newline_ids = newline_ids,

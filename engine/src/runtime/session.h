@@ -24,6 +24,9 @@ struct LoadOptions {
   SpeculationOptions speculation;
 };
 
+// The backends compiled into this engine ("cpu", and "cuda" when built with CUDA).
+const std::vector<std::string>& built_backends();
+
 class Session {
  public:
   // `model` is a model folder or "random:<shape>". Throws EngineError: "model_error"
