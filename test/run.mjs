@@ -3,11 +3,9 @@
 // runs every suite (engine ctest, mocha unit + integration, and the end-to-end
 // editor test where it is enabled), and closes with one "N passed, N failed" line.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { readFileSync } from 'node:fs';
+import { prepare, root } from './prepare.mjs';
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 process.chdir(root);
 const pkg = JSON.parse(readFileSync('package.json', 'utf8'));
 
@@ -26,17 +24,12 @@ function count(suite, passed, failed) {
   totals.failed += failed;
 }
 
-// 1. npm packages (npm install also builds the engine through postinstall).
-if (!existsSync('node_modules/.package-lock.json')) {
-  const r = sh('npm', [existsSync('package-lock.json') ? 'ci' : 'install', '--no-audit', '--no-fund'], { stdio: ['ignore', 'inherit', 'inherit'] });
-  if (r.status !== 0) count('npm install', 0, 1);
-}
+// 1. npm packages, the engine build and the bundles.
+const failed = prepare();
+if (failed) count(failed, 0, 1);
 
-// 2. The engine: build (incremental) and its ctest suite.
-const build = sh('node', ['engine/setup.mjs', '--quiet']);
-if (build.status !== 0) {
-  count('engine build', 0, 1);
-} else {
+// 2. The engine's ctest suite.
+if (failed !== 'engine build' && failed !== 'npm install') {
   const ctest = sh('ctest', ['--test-dir', 'engine/build', '--output-on-failure', '--timeout', '600', '-j2']);
   const m = ctest.out.match(/(\d+) tests failed out of (\d+)/);
   if (m) count('engine (ctest)', Number(m[2]) - Number(m[1]), Number(m[1]));

@@ -41,6 +41,12 @@ export interface CompletionMetrics {
 
 export const num = (x: number | undefined, digits = 1) => (x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
 
+/** Whether a completion measured decode speed: it decoded tokens after the first (a
+ * completion that stopped at once, e.g. right after an engine restart, says nothing). */
+export function measuresSpeed(m: CompletionMetrics): boolean {
+  return m.source === 'engine' && (m.tokens ?? 0) > 1 && (m.decodeMsPerToken ?? 0) > 0;
+}
+
 /** `0.9 ms/tok · 4.1/step`: the two numbers that say how fast completions are. */
 export function speedText(m: CompletionMetrics): string {
   return `${num(m.decodeMsPerToken)} ms/tok · ${num(m.acceptedPerStep)}/step`;

@@ -1,7 +1,7 @@
 // The status bar item: the engine's state, and after each completion its
 // ms/token and accepted tokens per step; the tooltip holds the breakdown.
 import * as vscode from 'vscode';
-import { num, optimizationsText, statusText, type CompletionMetrics, type ServerStatus } from './format';
+import { measuresSpeed, num, optimizationsText, statusText, type CompletionMetrics, type ServerStatus } from './format';
 
 export class StatusBar implements vscode.Disposable {
   private readonly item = vscode.window.createStatusBarItem('runahead.status', vscode.StatusBarAlignment.Right, 100);
@@ -23,7 +23,7 @@ export class StatusBar implements vscode.Disposable {
 
   setMetrics(m: CompletionMetrics): void {
     this.last = m;
-    if (m.source === 'engine') this.lastEngine = m;
+    if (measuresSpeed(m)) this.lastEngine = m;
     this.render();
   }
 

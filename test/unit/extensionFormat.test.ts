@@ -1,5 +1,5 @@
 import { strict as assert } from 'node:assert';
-import { metricsLine, speedText, statusText, type CompletionMetrics, type ServerStatus } from '../../extension/src/format';
+import { measuresSpeed, metricsLine, speedText, statusText, type CompletionMetrics, type ServerStatus } from '../../extension/src/format';
 
 const status = (patch: Partial<ServerStatus>): ServerStatus => ({ state: 'ready', message: '', enabled: true, warnings: [], restarts: 0, ...patch });
 const metrics: CompletionMetrics = { source: 'engine', cacheHit: false, servedMs: 31.4, debounceMs: 20, chars: 40, ttftMs: 12.34, decodeMsPerToken: 0.912, acceptedPerStep: 4.08, tokens: 37, promptTokens: 830, reusedTokens: 812, finishReason: 'stop' };
@@ -9,6 +9,13 @@ describe('extension: status bar and log text', () => {
     assert.equal(speedText(metrics), '0.9 ms/tok · 4.1/step');
     assert.deepEqual(statusText(status({}), metrics), { text: '$(zap) 0.9 ms/tok · 4.1/step', level: 'normal' });
     assert.deepEqual(statusText(status({}), undefined), { text: '$(zap) ready', level: 'normal' });
+  });
+
+  it('keeps the last real speed when a completion decoded nothing (e.g. right after a restart)', () => {
+    assert.equal(measuresSpeed(metrics), true);
+    assert.equal(measuresSpeed({ ...metrics, tokens: 0, decodeMsPerToken: 0, acceptedPerStep: 0 }), false);
+    assert.equal(measuresSpeed({ ...metrics, tokens: 1, decodeMsPerToken: 0 }), false);
+    assert.equal(measuresSpeed({ ...metrics, source: 'cache' }), false);
   });
 
   it('shows load progress, degraded, restarting, error and disabled', () => {

@@ -1,6 +1,7 @@
 // The whole completion pipeline inside the real server (dist/server.js) over
-// LSP, with the fake engine streaming a known completion ("foo(x)\n" in a
-// loop), so what each stage does is visible in the answers and metrics.
+// LSP, with the fake engine streaming a known completion (" foo(x)\n" in a
+// loop: the model writes the space after "return " itself, see tokenHealing.ts),
+// so what each stage does is visible in the answers and metrics.
 import { strict as assert } from 'node:assert';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -19,7 +20,7 @@ describe('completion pipeline (server + fake engine)', function () {
   const engineRuns = () => client.metrics.filter((m) => m.source === 'engine').length;
 
   beforeEach(async () => {
-    const ids = TextTokenizer.fromFolder(fixtureModel).encode('foo(x)\n').join(',');
+    const ids = TextTokenizer.fromFolder(fixtureModel).encode(' foo(x)\n').join(',');
     client = new TestClient(
       { modelPath: fixtureModel, enginePath: fakeEngine, debounceMs: 0, disabledLanguages: ['markdown'] },
       { ...process.env, FAKE_TOKENS: ids, FAKE_TOKEN_MS: '1' },

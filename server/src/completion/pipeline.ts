@@ -21,6 +21,7 @@ import { textFollowsCursor } from './postprocess/singleLineWhenTextFollows';
 import { Prefetcher } from './prefetch';
 import { runRequest, type RequestResult } from './request';
 import { shouldComplete } from './trigger';
+import { afterPending, healTrailingWhitespace } from './tokenHealing';
 
 export interface ModelContext {
   info: ModelInfo;
@@ -178,8 +179,9 @@ export class CompletionPipeline {
     const model = this.deps.model();
     if (!conn || !model || token.isCancellationRequested) return undefined;
     const { path, repoName } = this.deps.describe(place.uri);
+    const healed = healTrailingWhitespace(place.prefix);
     const prompt = model.fim.build({
-      prefix: place.prefix,
+      prefix: healed.prefix,
       suffix: place.suffix,
       path,
       repoName,
@@ -200,10 +202,14 @@ export class CompletionPipeline {
       },
       tokenizer: model.info.tokenizer,
       token,
-      enough: (text) => completionIsComplete(text, filterCtx),
+      enough: (text) => {
+        const shown = afterPending(text, healed.pending);
+        return shown === null || (shown !== undefined && completionIsComplete(shown, filterCtx));
+      },
     });
     this.active = job;
-    return job;
+    const result = job.result.then((r) => ({ ...r, text: afterPending(r.text, healed.pending) ?? '' }));
+    return { result, cancel: () => job.cancel() };
   }
 
   private prefetchAfter(place: Place, completion: string): void {
