@@ -93,6 +93,12 @@ LoadRequest parse_load(const json& request) {
     speculation.max_draft = static_cast<int>(as_int(*v, "options.max_draft", 1, 32));
   if (const json* v = optional_field(*options, "draft_model"))
     speculation.draft_model = as_string(*v, "options.draft_model");
+  if (const json* v = optional_field(*options, "adaptive_depth")) {
+    if (!v->is_boolean())
+      throw EngineError("bad_request", "options.adaptive_depth: expected true or false", {}, "options.adaptive_depth",
+                        "true or false");
+    speculation.adaptive = v->get<bool>();
+  }
   return load;
 }
 

@@ -291,6 +291,7 @@ nlohmann::json Speculator::report() const {
   for (const DrafterState& d : drafters_) drafters.push_back(d.drafter->describe());
   return {{"mode", options_.mode},
           {"max_draft", options_.max_draft},
+          {"adaptive_depth", options_.adaptive},
           {"drafters", drafters},
           {"cost", costs_.to_json()}};
 }
