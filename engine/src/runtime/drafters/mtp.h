@@ -36,7 +36,7 @@ class MtpDrafter final : public Drafter {
 
  private:
   // x = eh_proj(concat(enorm(emb(token)), hnorm(h)))   for x, h: [H].
-  void input(int32_t token, const float* h, float* x) const;
+  void input(int32_t token, const float* h, float* x);
 
   MtpWeights w_;
   std::shared_ptr<const ModelWeights> target_;
@@ -44,7 +44,7 @@ class MtpDrafter final : public Drafter {
   int hidden_size_;
   std::vector<float> rows_;             // the target's h at every position it holds, [positions, H]
   std::vector<int32_t> entry_tokens_;   // the context the committed entries were made from
-  std::vector<float> x_, logits_, h_;
+  std::vector<float> x_, logits_, h_, eh_;
 };
 
 }  // namespace runahead
