@@ -25,6 +25,9 @@ struct Draft {
   // so the scheduler can learn each group's acceptance rate on its own.
   float confidence = 0.0f;
   int bucket = 0;
+  // Time spent catching up with the context (a new prompt, accepted tokens) rather than
+  // drafting: it is not what the next draft will cost, so the scheduler leaves it out.
+  double catch_up_ms = 0;
 };
 
 class Drafter {

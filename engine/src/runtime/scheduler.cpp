@@ -252,7 +252,8 @@ SpecStep Speculator::step(std::vector<int32_t>& cached, int32_t pending, Sampler
     if (choice.draft.tokens.empty()) return plain_step(cached, pending, sampler, logits);
     constexpr size_t kRecent = 15;
     if (d.ms_per_token.size() == kRecent) d.ms_per_token.erase(d.ms_per_token.begin());
-    d.ms_per_token.push_back(ms_since(start) / double(choice.draft.tokens.size()));
+    d.ms_per_token.push_back(std::max(0.0, ms_since(start) - choice.draft.catch_up_ms) /
+                             double(choice.draft.tokens.size()));
   }
   const Draft& draft = choice.draft;
   const int k = int(draft.tokens.size());

@@ -1,6 +1,7 @@
 #include "runtime/drafters/draft_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -67,9 +68,15 @@ Draft DraftModelDrafter::propose(std::span<const int32_t> context, int k, Sample
   const int keep = std::min(int(common.first - cached_.begin()), L - 1);
   backend_->truncate(keep);
   cached_.resize(size_t(keep));
-  forward(context.subspan(size_t(keep)));
+  const auto start = std::chrono::steady_clock::now();
+  const auto behind = context.subspan(size_t(keep));
+  forward(behind);
 
   Draft draft;
+  // All but one of the tokens it was behind were catching up, not drafting.
+  if (behind.size() > 1)
+    draft.catch_up_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() *
+                        double(behind.size() - 1) / double(behind.size());
   draft.confidence = pick_draft_token(logits_, sampler, draft);
   while (int(draft.tokens.size()) < k) {
     forward(std::span(draft.tokens).last(1));

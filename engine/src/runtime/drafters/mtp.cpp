@@ -1,5 +1,6 @@
 #include "runtime/drafters/mtp.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -187,6 +188,7 @@ Draft MtpDrafter::propose(std::span<const int32_t> context, int k, Sampler& samp
   const int keep = std::clamp(std::min(layer_->kv_len(), matched - 1), 0, L - 2);
   layer_->truncate(keep);
 
+  const auto start = std::chrono::steady_clock::now();
   const int n = (L - 1) - keep;  // entries for positions keep+1 .. L-1
   x_.resize(size_t(n) * H);
   for (int i = 0; i < n; ++i) {
@@ -197,6 +199,10 @@ Draft MtpDrafter::propose(std::span<const int32_t> context, int k, Sampler& samp
   entry_tokens_.assign(context.begin(), context.end());
 
   Draft draft;
+  // Entries past the first of this catch-up belong to tokens accepted since the last draft.
+  if (n > 1)
+    draft.catch_up_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() *
+                        double(n - 1) / n;
   draft.confidence = pick_draft_token(logits_, sampler, draft);
   x_.resize(H);
   while (int(draft.tokens.size()) < k) {
