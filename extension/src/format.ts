@@ -1,6 +1,11 @@
 // What the status bar and the log say, as plain functions of the server's
 // runahead/status and runahead/metrics notifications (no VS Code API here, so
-// the unit tests can check them).
+// the unit tests can check them). The metrics type is the server's own, so the
+// wire format is defined once.
+import type { CompletionMetrics } from '../../server/src/metrics';
+
+export type { CompletionMetrics };
+
 export interface ServerStatus {
   state: 'stopped' | 'starting' | 'loading' | 'ready' | 'degraded' | 'restarting' | 'error';
   message: string;
@@ -14,29 +19,6 @@ export interface ServerStatus {
   restarts: number;
   lastRestart?: { reason: string; at: string };
   fimOrder?: string;
-}
-
-export interface CompletionMetrics {
-  source: 'engine' | 'cache' | 'prefetch';
-  cacheHit: boolean;
-  servedMs: number;
-  debounceMs: number;
-  chars: number;
-  finishReason?: string;
-  ttftMs?: number;
-  decodeMsPerToken?: number;
-  tokens?: number;
-  steps?: number;
-  drafted?: number;
-  accepted?: number;
-  acceptedPerStep?: number;
-  drafter?: string;
-  promptTokens?: number;
-  reusedTokens?: number;
-  prefillMs?: number;
-  backend?: string;
-  model?: string;
-  optimizations?: Record<string, unknown>;
 }
 
 export const num = (x: number | undefined, digits = 1) => (x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
