@@ -274,3 +274,43 @@ TEST_CASE("the lookup history stays within its bound") {
   CHECK(lookup.propose(recent, 1, sampler).tokens == std::vector<int32_t>{last[12]});
   CHECK(lookup.propose(old, 1, sampler).tokens.empty());
 }
+
+TEST_CASE("adaptive depth: speculates deep when verifying is cheap and drafts are right, stops when it does not pay") {
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+  const GenerateRequest r = request(prompt, 120);
+  const Output expected = plain(r);
+  auto run_with = [&](KnownDrafter::Mode mode, CostTable costs) {
+    MarkovBackend backend(kVocab, kContext);
+    SpeculationOptions o;
+    o.mode = "test";
+    o.max_draft = 8;
+    auto spec = std::make_unique<Speculator>(
+        backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), mode, kVocab)), o, std::move(costs));
+    GeneratorOptions options;
+    options.speculator = spec.get();
+    Generator g(backend, options);
+    const Output got = run(g, r);
+    CHECK(got.tokens == expected.tokens);
+    return got.result.stats;
+  };
+  // Cheap verifies, right drafts: nearly every step drafts the most it may.
+  const GenerateStats right = run_with(KnownDrafter::Right, flat_costs());
+  CHECK(right.speculation.accepted == right.speculation.drafted);
+  CHECK(right.steps <= 120 / 8 + 2);
+  // Verifies as a CPU prices them (one more token +20 %, then +10 % each), wrong drafts: it
+  // learns, and only now and then tries again.
+  std::vector<double> cpu_like = {1.0};
+  for (int w = 2; w <= 9; ++w) cpu_like.push_back(1.1 + 0.1 * (w - 1));
+  const GenerateStats wrong = run_with(KnownDrafter::Wrong, CostTable{cpu_like});
+  CHECK(wrong.speculation.accepted == 0);
+  CHECK(wrong.speculation.steps < wrong.steps / 3);
+  // The same prices, right drafts: worth it on nearly every step.
+  const GenerateStats right_cpu = run_with(KnownDrafter::Right, CostTable{cpu_like});
+  CHECK(right_cpu.speculation.steps >= right_cpu.steps - 1);
+  CHECK(right_cpu.steps <= 120 / 4);
+  // Right drafts but each extra verified token costs as much as a whole step: never pays.
+  std::vector<double> linear;
+  for (int w = 1; w <= 9; ++w) linear.push_back(double(w));
+  const GenerateStats costly = run_with(KnownDrafter::Right, CostTable{linear});
+  CHECK(costly.speculation.steps == 0);
+}
