@@ -266,3 +266,47 @@ TEST_CASE("a requested drafter that cannot be active is refused with a clear err
   CHECK(report["inactive"].contains("draft"));
   CHECK(report["cost"]["verify_ms"].size() == 9);
 }
+
+namespace {
+
+// The CPU backend without the two things an MTP head needs (as a backend that lacks them).
+class PlainBackend final : public Backend {
+ public:
+  explicit PlainBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return "plain"; }
+  nlohmann::json describe() const override { return inner_->describe(); }
+  const ModelConfig& config() const override { return inner_->config(); }
+  int context_length() const override { return inner_->context_length(); }
+  int kv_len() const override { return inner_->kv_len(); }
+  void forward(std::span<const int32_t> t, int n_out, std::vector<float>& logits) override { inner_->forward(t, n_out, logits); }
+  std::span<const float> hidden() const override { return inner_->hidden(); }
+  void truncate(int n) override { inner_->truncate(n); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+std::unique_ptr<Backend> make_plain_backend(std::shared_ptr<const ModelWeights> w, const BackendOptions& o) {
+  return std::make_unique<PlainBackend>(make_cpu_backend(std::move(w), o));
+}
+
+}  // namespace
+
+TEST_CASE("an MTP head the backend cannot run: an error when asked for, a warning in auto") {
+  TempDir dir;
+  const fs::path target = model_copy(dir, "qwen2-tied-bf16");
+  auto weights = std::make_shared<const ModelWeights>(load_model(target));
+  write_random_mtp(target / "mtp.safetensors", weights->config, 96, 3);
+  auto backend = make_plain_backend(weights, {1, 256});
+  nlohmann::json report;
+  try {
+    open_speculator(*backend, weights, target.string(), mode("mtp"), make_plain_backend, {1, 256}, report);
+    FAIL("mtp on a backend without forward_vectors was accepted");
+  } catch (const EngineError& e) {
+    CHECK(e.code == "bad_request");
+  }
+  auto spec = open_speculator(*backend, weights, target.string(), mode("auto"), make_plain_backend, {1, 256}, report);
+  REQUIRE(spec != nullptr);
+  CHECK(report["drafters"].size() == 1);
+  CHECK(report["inactive"]["mtp"].get<std::string>().find("plain backend") != std::string::npos);
+}

@@ -1,6 +1,7 @@
 #include "runtime/speculative.h"
 
 #include <filesystem>
+#include <iostream>
 
 #include "model/error.h"
 #include "runtime/drafters/draft_model.h"
@@ -44,7 +45,16 @@ std::unique_ptr<Speculator> open_speculator(Backend& target, std::shared_ptr<con
 
   if (mode == "mtp" || mode == "auto") {
     if (folder && fs::exists(mtp_file)) {
-      drafters.push_back(std::make_unique<MtpDrafter>(load_mtp(mtp_file, weights), weights, make_backend, backend_options));
+      try {
+        target.keep_all_hidden(true);  // the head reads every position's hidden state
+        drafters.push_back(std::make_unique<MtpDrafter>(load_mtp(mtp_file, weights), weights, make_backend, backend_options));
+      } catch (const EngineError& e) {
+        // A backend that cannot run the head: an error when asked for, a warning in `auto`.
+        if (mode == "mtp" || e.code == "model_error") throw;
+        target.keep_all_hidden(false);
+        report["inactive"]["mtp"] = e.what();
+        std::cerr << "runahead-engine: warning: MTP head inactive: " << e.what() << "\n";
+      }
     } else if (mode == "mtp") {
       throw EngineError("model_error", mtp_file.string() + ": speculation 'mtp' needs an MTP head and there is none",
                         mtp_file.string(), "options.speculation", "mtp.safetensors in the model folder");
