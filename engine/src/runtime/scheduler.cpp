@@ -20,7 +20,7 @@ double ms_since(Clock::time_point t) {
 constexpr double kModelPrior = 0.6;
 // Every step, what a drafter learned fades by this factor when it is not used, so one
 // that stopped paying is tried again after a while.
-constexpr double kFade = 0.97;
+constexpr double kFade = 0.99;
 // Weight of the newest verification in a drafter's acceptance estimate.
 constexpr double kDecay = 0.9;
 
