@@ -14,6 +14,7 @@
 #include "runtime/backend.h"
 #include "runtime/generator.h"
 #include "runtime/speculative.h"
+#include "model_writer.h"
 
 using namespace runahead;
 namespace fs = std::filesystem;
@@ -22,14 +23,7 @@ namespace {
 
 const fs::path kModels = fs::path(RUNAHEAD_FIXTURES) / "models";
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "runahead-spec-XXXXXX").string();
-    path = ::mkdtemp(templ.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 // A safetensors file of f32 tensors with random values (norm weights near 1).
 void write_random_safetensors(const fs::path& file, const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
