@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda/cuda_backend.h"
+#include "runtime/bench.h"
 #include "cuda/device_memory.h"
 #include "model/error.h"
 #include "model/weights.h"
@@ -191,22 +192,7 @@ void print_report(const nlohmann::json& r) {
 }  // namespace
 
 int run_cuda_bench(int argc, char** argv) {
-  CudaBenchArgs args;
-  try {
-    args = parse(argc, argv);
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "bench: " << e.what() << "\n" << kUsage;
-    return 2;
-  }
-  try {
-    const nlohmann::json report = bench(args);
-    if (args.json) std::cout << report.dump() << std::endl;
-    else print_report(report);
-    return 0;
-  } catch (const EngineError& e) {
-    std::cerr << "bench: " << e.code << ": " << e.what() << "\n";
-    return 1;
-  }
+  return bench_main(argc, argv, kUsage, parse, bench, print_report);
 }
 
 }  // namespace runahead

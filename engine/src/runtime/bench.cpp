@@ -188,22 +188,7 @@ int run_bench(int argc, char** argv) {
     rest.insert(rest.end(), argv + i + 2, argv + argc);
     return run_bench(int(rest.size()), rest.data());
   }
-  BenchArgs args;
-  try {
-    args = parse_args(argc, argv);
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "bench: " << e.what() << "\n" << kUsage;
-    return 2;
-  }
-  try {
-    const nlohmann::json report = bench(args);
-    if (args.json) std::cout << report.dump() << std::endl;
-    else print_report(report);
-    return 0;
-  } catch (const EngineError& e) {
-    std::cerr << "bench: " << e.code << ": " << e.what() << "\n";
-    return 1;
-  }
+  return bench_main(argc, argv, kUsage, parse_args, bench, print_report);
 }
 
 }  // namespace runahead
