@@ -105,4 +105,17 @@ describe('language server with the real engine', function () {
     while (isAlive(pid) && Date.now() - t0 < 3000) await sleep(20);
     assert.equal(isAlive(pid), false, 'the engine outlived its server by 3 s');
   });
+
+  it('a drafter the model lacks: loads without speculation and says so (degraded), completions still come', async () => {
+    await client.close();
+    client = new TestClient({ modelPath: fixtureModel, enginePath: engineBinary, maxTokens: 16, deadlineMs: 5000, speculation: 'mtp' });
+    await client.initialize();
+    const s = await client.waitReady();
+    assert.equal(s.state, 'degraded', JSON.stringify(s));
+    assert.match(s.message, /speculation "mtp" refused .*MTP head/);
+    client.open(uri, text);
+    await client.complete(uri, line, character);
+    await sleep(50);
+    assert.ok(client.metrics.some((m) => m.source === 'engine' && m.tokens! > 0), JSON.stringify(client.metrics));
+  });
 });

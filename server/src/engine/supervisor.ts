@@ -197,10 +197,11 @@ export class EngineSupervisor extends EventEmitter {
       try {
         loaded = await conn.load(model.path, { ...base, ...spec }, onProgress);
       } catch (err) {
-        // An engine without speculation refuses its options: load without them, loudly.
-        if (!(err instanceof EngineError) || err.code !== 'bad_request' || Object.keys(spec).length === 0) throw err;
-        warnings.push(`speculation options refused by the engine (${err.message}); running without speculation`);
-        loaded = await conn.load(model.path, base, onProgress);
+        // An engine without speculation refuses its options, and a model without the drafter
+        // asked for (no mtp.safetensors, no draft/) refuses that one: load without, loudly.
+        if (!(err instanceof EngineError) || !refusesSpeculation(err) || spec.speculation === 'off') throw err;
+        warnings.push(`speculation "${settings.speculation}" refused (${err.message}); running without speculation`);
+        loaded = await conn.load(model.path, { ...base, speculation: 'off' }, onProgress);
       }
       if (!current()) return;
       const report = loaded.report;
@@ -284,4 +285,10 @@ export class EngineSupervisor extends EventEmitter {
     this._status = { ...this._status, ...patch };
     this.emit('status', this._status);
   }
+}
+
+/** The engine refused the speculation options, not the model: an old engine's bad_request, or a drafter the model lacks. */
+function refusesSpeculation(err: EngineError): boolean {
+  const field = err.detail.field ?? '';
+  return err.code === 'bad_request' || field.startsWith('options.speculation') || field.startsWith('options.draft_model');
 }
