@@ -201,7 +201,8 @@ export class EngineSupervisor extends EventEmitter {
         // asked for (no mtp.safetensors, no draft/) refuses that one: load without, loudly.
         if (!(err instanceof EngineError) || !refusesSpeculation(err) || spec.speculation === 'off') throw err;
         warnings.push(`speculation "${settings.speculation}" refused (${err.message}); running without speculation`);
-        loaded = await conn.load(model.path, { ...base, speculation: 'off' }, onProgress);
+        // An engine that knows no speculation options gets none; ours is told `off`, since its default is `auto`.
+        loaded = await conn.load(model.path, err.code === 'bad_request' ? base : { ...base, speculation: 'off' }, onProgress);
       }
       if (!current()) return;
       const report = loaded.report;
