@@ -7,46 +7,18 @@
 #include <thread>
 
 #include "fake_backend.h"
+#include "generate_run.h"
 #include "runtime/generator.h"
 
 using namespace runahead;
 using runahead::testing::counting_logits;
 using runahead::testing::FakeBackend;
+using runahead::testing::greedy;
+using runahead::testing::Run;
+using runahead::testing::run;
 
 namespace {
 
-struct Run {
-  std::vector<int32_t> tokens;
-  std::vector<double> ms;
-  std::vector<size_t> batch_sizes;
-  GenerateResult result;
-};
-
-Run run(Generator& generator, const GenerateRequest& request, const std::atomic<bool>& cancel) {
-  Run r;
-  r.result = generator.generate(
-      request,
-      [&](std::span<const int32_t> tokens, std::span<const double> ms) {
-        CHECK(tokens.size() == ms.size());
-        r.tokens.insert(r.tokens.end(), tokens.begin(), tokens.end());
-        r.ms.insert(r.ms.end(), ms.begin(), ms.end());
-        r.batch_sizes.push_back(tokens.size());
-      },
-      cancel);
-  return r;
-}
-
-Run run(Generator& generator, const GenerateRequest& request) {
-  const std::atomic<bool> never{false};
-  return run(generator, request, never);
-}
-
-GenerateRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
-  GenerateRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  return r;
-}
 
 std::vector<int32_t> iota_prompt(int n, int32_t first = 3) {
   std::vector<int32_t> p(n);

@@ -7,21 +7,15 @@
 #include <numeric>
 #include <vector>
 
+#include "generate_run.h"
 #include "fake_backend.h"
 #include "runtime/sampler.h"
 
 using namespace runahead;
+using runahead::testing::sampling;
 
 namespace {
 
-SamplingParams sampling(float temperature, int top_k = 0, float top_p = 1.0f, uint64_t seed = 0) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.seed = seed;
-  return p;
-}
 
 std::vector<float> random_logits(size_t n, uint64_t seed) {
   std::vector<float> logits(n);

@@ -12,39 +12,19 @@
 
 #include "runtime/drafters/lookup.h"
 #include "runtime/generator.h"
+#include "generate_run.h"
 #include "test_spec_fakes.h"
 
 using namespace runahead;
 using namespace runahead::spec_test;
+using runahead::testing::greedy;
+using runahead::testing::Run;
+using runahead::testing::run;
 
 namespace {
 
 constexpr int kVocab = 24;
 
-struct Output {
-  std::vector<int32_t> tokens;
-  GenerateResult result;
-};
-
-Output run(Generator& g, const GenerateRequest& request, const std::atomic<bool>& cancel) {
-  Output o;
-  o.result = g.generate(
-      request, [&](std::span<const int32_t> t, std::span<const double>) { o.tokens.insert(o.tokens.end(), t.begin(), t.end()); },
-      cancel);
-  return o;
-}
-
-Output run(Generator& g, const GenerateRequest& request) {
-  const std::atomic<bool> never{false};
-  return run(g, request, never);
-}
-
-GenerateRequest request(std::vector<int32_t> prompt, int max_tokens) {
-  GenerateRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  return r;
-}
 
 // 24 prompts: random ones, and ones that repeat a phrase (where lookup finds matches).
 std::vector<std::vector<int32_t>> prompts() {
@@ -67,7 +47,7 @@ std::vector<std::vector<int32_t>> prompts() {
 
 int kContext = 512;
 
-Output plain(const GenerateRequest& r, int context = kContext, GeneratorOptions options = {}) {
+Run plain(const GenerateRequest& r, int context = kContext, GeneratorOptions options = {}) {
   MarkovBackend backend(kVocab, context);
   Generator g(backend, options);
   return run(g, r);
@@ -100,8 +80,8 @@ std::vector<int32_t> joined(const std::vector<int32_t>& a, const std::vector<int
 TEST_CASE("greedy speculation equals plain greedy for right, wrong and lookup drafts on 24 prompts") {
   int total_accepted = 0, total_drafted = 0;
   for (const auto& prompt : prompts()) {
-    const GenerateRequest r = request(prompt, 40);
-    const Output expected = plain(r);
+    const GenerateRequest r = greedy(prompt, 40);
+    const Run expected = plain(r);
     REQUIRE(expected.tokens.size() == 40);
     for (int which = 0; which < 4; ++which) {
       CAPTURE(which);
@@ -115,7 +95,7 @@ TEST_CASE("greedy speculation equals plain greedy for right, wrong and lookup dr
       GeneratorOptions options;
       options.speculator = spec.get();
       Generator g(backend, options);
-      const Output got = run(g, r);
+      const Run got = run(g, r);
       CHECK(got.tokens == expected.tokens);
       CHECK(got.result.finish == expected.result.finish);
       const SpeculationStats& s = got.result.stats.speculation;
@@ -136,14 +116,14 @@ TEST_CASE("drafts never run past the tokens a request may still emit, nor past t
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
   for (int max_tokens : {1, 2, 3, 5, 9}) {
     CAPTURE(max_tokens);
-    const GenerateRequest r = request(prompt, max_tokens);
-    const Output expected = plain(r);
+    const GenerateRequest r = greedy(prompt, max_tokens);
+    const Run expected = plain(r);
     MarkovBackend backend(kVocab, kContext);
     auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab)));
     GeneratorOptions options;
     options.speculator = spec.get();
     Generator g(backend, options);
-    const Output got = run(g, r);
+    const Run got = run(g, r);
     CHECK(got.tokens == expected.tokens);
     CHECK(got.result.finish == FinishReason::Length);
     // The first token comes from the prefill; each verify is at most the remaining budget wide.
@@ -152,8 +132,8 @@ TEST_CASE("drafts never run past the tokens a request may still emit, nor past t
   // The end of the context: both stop at the same token, with finish "context".
   for (int context : {8, 13, 30}) {
     CAPTURE(context);
-    const GenerateRequest r = request(prompt, 100);
-    const Output expected = plain(r, context);
+    const GenerateRequest r = greedy(prompt, 100);
+    const Run expected = plain(r, context);
     CHECK(expected.result.finish == FinishReason::Context);
     for (auto mode : {KnownDrafter::Right, KnownDrafter::Wrong}) {
       MarkovBackend backend(kVocab, context);
@@ -161,7 +141,7 @@ TEST_CASE("drafts never run past the tokens a request may still emit, nor past t
       GeneratorOptions options;
       options.speculator = spec.get();
       Generator g(backend, options);
-      const Output got = run(g, r);
+      const Run got = run(g, r);
       CHECK(got.tokens == expected.tokens);
       CHECK(got.result.finish == FinishReason::Context);
     }
@@ -171,24 +151,24 @@ TEST_CASE("drafts never run past the tokens a request may still emit, nor past t
 TEST_CASE("a stop token inside an accepted run ends the output exactly where plain decoding does") {
   int inside = 0;
   for (const auto& prompt : prompts()) {
-    const Output free_run = plain(request(prompt, 30));
+    const Run free_run = plain(greedy(prompt, 30));
     // Stop at the token the plain output has at index 6 (its first occurrence ends it).
-    GenerateRequest r = request(prompt, 30);
+    GenerateRequest r = greedy(prompt, 30);
     r.stop = {free_run.tokens[6]};
-    const Output expected = plain(r);
+    const Run expected = plain(r);
     REQUIRE(expected.result.finish == FinishReason::Stop);
     MarkovBackend backend(kVocab, kContext);
     auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, free_run.tokens), KnownDrafter::Right, kVocab)));
     GeneratorOptions options;
     options.speculator = spec.get();
     Generator g(backend, options);
-    const Output got = run(g, r);
+    const Run got = run(g, r);
     CHECK(got.tokens == expected.tokens);
     CHECK(got.result.finish == FinishReason::Stop);
     // The stop token was drafted and accepted with tokens after it in the same verify.
     if (got.result.stats.speculation.accepted > int(expected.tokens.size())) ++inside;
     // The next request reuses the cache correctly although it holds tokens past the stop.
-    const GenerateRequest again = request(joined(prompt, {1, 2}), 12);
+    const GenerateRequest again = greedy(joined(prompt, {1, 2}), 12);
     CHECK(run(g, again).tokens == plain(again).tokens);
   }
   CHECK(inside > 10);
@@ -196,7 +176,7 @@ TEST_CASE("a stop token inside an accepted run ends the output exactly where pla
 
 TEST_CASE("cancellation and deadlines arriving mid-verify end with a prefix of the plain output") {
   for (const auto& prompt : prompts()) {
-    const Output expected = plain(request(prompt, 40));
+    const Run expected = plain(greedy(prompt, 40));
     for (int kind = 0; kind < 2; ++kind) {
       CAPTURE(kind);
       MarkovBackend backend(kVocab, kContext);
@@ -206,7 +186,7 @@ TEST_CASE("cancellation and deadlines arriving mid-verify end with a prefix of t
       Generator g(backend, options);
       std::atomic<bool> cancel{false};
       int verifies = 0;
-      GenerateRequest r = request(prompt, 40);
+      GenerateRequest r = greedy(prompt, 40);
       if (kind == 0) {
         // Cancel while the second verify runs.
         backend.on_forward = [&](int width) {
@@ -220,7 +200,7 @@ TEST_CASE("cancellation and deadlines arriving mid-verify end with a prefix of t
           if (width > 1 && ++verifies == 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         };
       }
-      const Output got = run(g, r, cancel);
+      const Run got = run(g, r, cancel);
       CHECK(got.result.finish == (kind == 0 ? FinishReason::Cancelled : FinishReason::Deadline));
       REQUIRE(got.tokens.size() <= expected.tokens.size());
       CHECK(std::equal(got.tokens.begin(), got.tokens.end(), expected.tokens.begin()));
@@ -277,8 +257,8 @@ TEST_CASE("the lookup history stays within its bound") {
 
 TEST_CASE("adaptive depth: speculates deep when verifying is cheap and drafts are right, stops when it does not pay") {
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
-  const GenerateRequest r = request(prompt, 120);
-  const Output expected = plain(r);
+  const GenerateRequest r = greedy(prompt, 120);
+  const Run expected = plain(r);
   auto run_with = [&](KnownDrafter::Mode mode, CostTable costs) {
     MarkovBackend backend(kVocab, kContext);
     SpeculationOptions o;
@@ -289,7 +269,7 @@ TEST_CASE("adaptive depth: speculates deep when verifying is cheap and drafts ar
     GeneratorOptions options;
     options.speculator = spec.get();
     Generator g(backend, options);
-    const Output got = run(g, r);
+    const Run got = run(g, r);
     CHECK(got.tokens == expected.tokens);
     return got.result.stats;
   };

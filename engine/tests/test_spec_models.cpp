@@ -14,6 +14,7 @@
 #include "runtime/backend.h"
 #include "runtime/generator.h"
 #include "runtime/speculative.h"
+#include "generate_run.h"
 #include "model_writer.h"
 
 using namespace runahead;
@@ -127,16 +128,9 @@ struct Engine {
   }
 
   std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int max_tokens, GenerateResult* result = nullptr) {
-    GenerateRequest r;
-    r.prompt = prompt;
-    r.max_tokens = max_tokens;
-    std::vector<int32_t> out;
-    const std::atomic<bool> never{false};
-    GenerateResult res = generator->generate(r, [&](std::span<const int32_t> t, std::span<const double>) {
-      out.insert(out.end(), t.begin(), t.end());
-    }, never);
-    if (result) *result = res;
-    return out;
+    testing::Run r = testing::run(*generator, testing::greedy(prompt, max_tokens));
+    if (result) *result = r.result;
+    return r.tokens;
   }
 };
 

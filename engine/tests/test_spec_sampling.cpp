@@ -9,9 +9,11 @@
 #include <map>
 
 #include "runtime/scheduler.h"
+#include "generate_run.h"
 #include "test_spec_fakes.h"
 
 using namespace runahead;
+using runahead::testing::sampling;
 using namespace runahead::spec_test;
 
 namespace {
@@ -116,19 +118,11 @@ Verdict no_residual(const Draft& draft, std::span<const float> logits, int V, Sa
   return {0, sampler.draw(p)};
 }
 
-SamplingParams params(float temperature, int top_k = 0, float top_p = 1.0f, uint64_t seed = 7) {
-  SamplingParams s;
-  s.temperature = temperature;
-  s.top_k = top_k;
-  s.top_p = top_p;
-  s.seed = seed;
-  return s;
-}
 
 }  // namespace
 
 TEST_CASE("speculative sampling: the first token of a verified draft has the target's distribution") {
-  for (const SamplingParams& sp : {params(1.0f), params(0.7f, 4), params(1.3f, 0, 0.8f)}) {
+  for (const SamplingParams& sp : {sampling(1.0f, 0, 1.0f, 7), sampling(0.7f, 4, 1.0f, 7), sampling(1.3f, 0, 0.8f, 7)}) {
     CAPTURE(sp.temperature);
     CAPTURE(sp.top_k);
     CAPTURE(sp.top_p);
@@ -147,7 +141,7 @@ TEST_CASE("speculative sampling: the first token of a verified draft has the tar
 }
 
 TEST_CASE("speculative sampling: mis-implemented acceptance rules fail the same test") {
-  const SamplingParams sp = params(1.0f);
+  const SamplingParams sp = sampling(1.0f, 0, 1.0f, 7);
   const auto p = target_probs(sp, kTarget[0]);
   CHECK_FALSE(matches(first_tokens(swapped_ratio, sp, false), p));
   CHECK_FALSE(matches(first_tokens(no_residual, sp, false), p));
@@ -191,7 +185,7 @@ TEST_CASE("speculative sampling through the scheduler: the joint law of three to
   MarkovBackend backend(kV, 64, 1, [](std::span<const int32_t> prefix, std::span<float> row) {
     for (size_t v = 0; v < row.size(); ++v) row[v] = target_logit(prefix.back(), v);
   });
-  const SamplingParams sp = params(0.9f, 0, 1.0f, 11);
+  const SamplingParams sp = sampling(0.9f, 0, 1.0f, 11);
   // p(next | last) under the sampling parameters.
   std::vector<std::vector<float>> p(kV);
   for (int32_t last = 0; last < kV; ++last) {
