@@ -8,8 +8,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const engineDir = dirname(fileURLToPath(import.meta.url));
-export const buildDir = join(engineDir, 'build');
-export const engineBinary = join(buildDir, 'runahead-engine');
+const buildDir = join(engineDir, 'build');
 
 const debianPackages = { cmake: 'cmake', ninja: 'ninja-build', 'g++': 'g++' };
 const debianHeaders = {
@@ -48,7 +47,7 @@ function run(cmd, args, quiet) {
   }
 }
 
-export function buildEngine({ quiet = false } = {}) {
+function buildEngine({ quiet = false } = {}) {
   installPackages(missingPackages());
   if (!existsSync(join(buildDir, 'build.ninja'))) {
     run('cmake', ['-S', engineDir, '-B', buildDir, '-G', 'Ninja', '-DCMAKE_BUILD_TYPE=Release'], quiet);
@@ -56,6 +55,4 @@ export function buildEngine({ quiet = false } = {}) {
   run('cmake', ['--build', buildDir, '--parallel'], quiet);
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  buildEngine({ quiet: process.argv.includes('--quiet') });
-}
+buildEngine({ quiet: process.argv.includes('--quiet') });
