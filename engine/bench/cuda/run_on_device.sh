@@ -1,46 +1,87 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: build the CUDA backend (standalone project beside this file),
-# run its tests, compute-sanitizer memcheck on the tiny model, then the decode/prefill bench
-# of the three Qwen2.5-Coder shapes. Everything lands in $OUT (default: ./cuda-out).
-# Usage: engine/bench/cuda/run_on_device.sh  (from the repository root)
+# One call on a GPU machine: build the engine with its CUDA backend, run the CUDA tests,
+# compute-sanitizer memcheck on the fixture models, then `runahead-engine bench --backend cuda`
+# on the three Qwen2.5-Coder shapes, the kernel-per-op comparison and the engine's whole test
+# suite (on a GPU machine `auto` picks CUDA, so the protocol and speculation tests run on it).
+# Everything lands in $OUT (default: ./cuda-out); summary.txt is the short version.
+# Usage: bash engine/bench/cuda/run_on_device.sh   (from the repository root)
+# .devdeps/ (when present) is a prefix with nlohmann_json and doctest for a machine without them.
 set -u
 OUT=${OUT:-$PWD/cuda-out}
 mkdir -p "$OUT"
 ROOT=$PWD
-DEPS=$ROOT/.devdeps
-BUILD=/tmp/cuda-build
+BUILD=${BUILD:-/tmp/engine-build}
+SHAPES=${SHAPES:-qwen2.5-coder-0.5b qwen2.5-coder-1.5b qwen2.5-coder-7b}
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 log "gpu: $(tail -1 "$OUT/gpu.txt")"
-PREFIX=""
-[ -d "$DEPS" ] && PREFIX="-DCMAKE_PREFIX_PATH=$DEPS"
-cmake -S engine/bench/cuda -B $BUILD -G Ninja $PREFIX > "$OUT/build.txt" 2>&1 &&
-  ninja -C $BUILD -j16 cuda-tests cuda-bench >> "$OUT/build.txt" 2>&1
-status=$?
-log "build: exit $status"
-if [ $status -ne 0 ]; then grep -E "error|Error" "$OUT/build.txt" | head -40; exit 1; fi
 
-timeout 150 $BUILD/cuda-tests > "$OUT/tests.txt" 2>&1
-log "tests: exit $? -- $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/tests.txt" | tr '\n' ' ')"
-grep -E "ERROR|FATAL|MESSAGE|CHECK|REQUIRE|values:|logit" "$OUT/tests.txt" | head -60
+ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90)
+[ -d "$ROOT/.devdeps" ] && ARGS+=("-DCMAKE_PREFIX_PATH=$ROOT/.devdeps")
+# cuBLASLt: the toolkit's when it has one (CMake finds it), else one a Python wheel carries.
+if [ -z "$(find /usr/local/cuda*/ -name 'libcublasLt.so*' 2>/dev/null | head -1)" ]; then
+  for lib in $(find /opt /usr/local /usr/lib -name 'libcublasLt.so*' 2>/dev/null); do
+    dir=$(dirname "$(dirname "$lib")")
+    if [ -f "$dir/include/cublasLt.h" ]; then ARGS+=("-DRUNAHEAD_CUBLASLT_ROOT=$dir"); break; fi
+  done
+fi
+cmake -S engine -B "$BUILD" "${ARGS[@]}" > "$OUT/build.txt" 2>&1 &&
+  ninja -C "$BUILD" -j16 runahead-engine engine-tests >> "$OUT/build.txt" 2>&1
+status=$?
+log "build: exit $status ($(grep -c RUNAHEAD_CUBLASLT "$BUILD/build.ninja" 2>/dev/null) cuBLASLt mentions; ${ARGS[*]})"
+if [ $status -ne 0 ]; then grep -E "error|Error" "$OUT/build.txt" | head -40; exit 1; fi
+ENGINE=$BUILD/runahead-engine
+TESTS=$BUILD/engine-tests
+
+timeout ${TEST_TIMEOUT:-180} "$TESTS" -tc="cuda*" > "$OUT/tests.txt" 2>&1
+log "cuda tests: exit $? -- $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/tests.txt" | tr '\n' ' ')"
+grep -E "ERROR|FATAL|MESSAGE|CHECK|REQUIRE|values:|logit|persistent" "$OUT/tests.txt" | head -40
+
+for shape in $SHAPES; do
+  timeout 150 "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx 512 --tokens 256 --prefill 2048 \
+    --reps 100 > "$OUT/bench-$shape.txt" 2>&1
+  log "bench $shape: exit $? -- $(grep -E '^decode' "$OUT/bench-$shape.txt")"
+  cat "$OUT/bench-$shape.txt"
+done
+if [ "${PER_OP_COMPARE:-1}" = 1 ]; then
+  for shape in $SHAPES; do
+    RUNAHEAD_CUDA_PERSISTENT=0 timeout 60 "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx 512 \
+      --tokens 256 --prefill 0 --reps 20 2>&1 | grep -E "^decode" | sed "s/^/kernel per op, $shape: /" |
+      tee -a "$OUT/summary.txt"
+  done
+  RUNAHEAD_CUDA_PERSISTENT=0 RUNAHEAD_CUDA_PDL=0 timeout 60 "$ENGINE" bench --backend cuda \
+    --random-shape qwen2.5-coder-0.5b --ctx 512 --tokens 256 --prefill 0 --reps 50 2>&1 | grep -E "^decode" |
+    sed 's/^/kernel per op without PDL: /' | tee -a "$OUT/summary.txt"
+fi
+
+# NCU=1: Nsight Compute on one persistent decode step of each shape (hardware counters).
+if [ "${NCU:-0}" = 1 ]; then
+  for shape in $SHAPES; do
+    timeout 120 ncu --clock-control none --kernel-name regex:decode_step_kernel --launch-skip 3 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+      "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx 512 --tokens 8 --prefill 0 --reps 1 \
+      > "$OUT/ncu-$shape.txt" 2>&1
+    log "ncu $shape: exit $?"
+    grep -E "Duration|Throughput|Stall|Warp Cycles|Issued|Eligible|Bank|Shared|DRAM|L2 Hit" "$OUT/ncu-$shape.txt" | head -40
+    timeout 120 ncu --clock-control none --kernel-name regex:decode_step_kernel --launch-skip 3 --launch-count 1 \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx 512 --tokens 8 --prefill 0 --reps 1 \
+      > "$OUT/ncu-stalls-$shape.txt" 2>&1
+    grep -E "stalled" "$OUT/ncu-stalls-$shape.txt" | sort -k3 -n -r | head -8
+  done
+fi
 
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
-  timeout 120 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 \
-    $BUILD/cuda-tests -tc="cuda ops: rmsnorm*,cuda ops: gemm*,cuda backend: the tensor*,cuda backend: sampled*" \
+  timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 \
+    "$TESTS" -tc="cuda ops: rmsnorm*,cuda ops: gemm*,cuda ops: attention*,cuda backend: the tensor*,cuda backend: sampled*,cuda backend: fixtures*" \
     > "$OUT/memcheck.txt" 2>&1
   log "memcheck: exit $? -- $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | head -1)"
 fi
 
-for shape in ${SHAPES:-qwen2.5-coder-0.5b qwen2.5-coder-1.5b qwen2.5-coder-7b}; do
-  prefill=2048
-  timeout 150 $BUILD/cuda-bench --backend cuda --random-shape $shape --ctx 512 --tokens 256 --prefill $prefill \
-    --reps 100 > "$OUT/bench-$shape.txt" 2>&1
-  log "bench $shape: exit $?"
-  cat "$OUT/bench-$shape.txt"
-done
-if [ "${PDL_COMPARE:-1}" = 1 ]; then
-  RUNAHEAD_CUDA_PDL=0 timeout 60 $BUILD/cuda-bench --random-shape qwen2.5-coder-0.5b --ctx 512 --tokens 256 \
-    --prefill 0 --reps 50 2>&1 | grep -E "^decode" | sed 's/^/without PDL: /' | tee -a "$OUT/summary.txt"
+if [ "${ALL_TESTS:-1}" = 1 ]; then
+  timeout ${ALL_TIMEOUT:-150} "$TESTS" > "$OUT/all-tests.txt" 2>&1
+  log "all engine tests on this machine: exit $? -- $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/all-tests.txt" | tr '\n' ' ')"
+  grep -E "ERROR|FATAL" -A3 "$OUT/all-tests.txt" | head -40
 fi
 log "done"

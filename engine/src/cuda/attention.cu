@@ -1,6 +1,6 @@
 // Attention of new tokens over the f32 KV cache, with grouped-query heads.
 // Decode: split-K over positions, the last block of each (token, head) merges the splits.
-// Prefill: query tiles that share each key/value tile through shared memory.
+// (Prefill attention lives in attention_prefill.cu.)
 #include <algorithm>
 #include <cmath>
 
@@ -12,6 +12,7 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / kWarp;
+constexpr int kMaxHeadDim = 128;
 
 __device__ __forceinline__ float block_reduce(float v, bool is_max, float* red) {
   v = is_max ? warp_max(v) : warp_sum(v);
@@ -128,103 +129,6 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   if (threadIdx.x == 0) *counter = 0;
 }
 
-constexpr int kTileKeys = 32;       // keys per shared-memory tile: one per lane
-constexpr int kQueriesPerWarp = 4;
-constexpr int kPrefillWarps = 8;
-constexpr int kMaxHeadDim = 128;
-
-// grid (ceil(n / 32), heads); block 8 warps, each owning 4 queries. Keys and values pass
-// through shared memory a tile of 32 at a time; lane j scores key j, then every lane
-// accumulates head_dim / 32 output columns. Online softmax, f32 throughout.
-__global__ void __launch_bounds__(kPrefillWarps * kWarp) attention_prefill_kernel(DecodeAttention a, const float* q,
-                                                                                 int n, const int* pos, float* out) {
-  extern __shared__ float smem[];
-  pdl_wait();
-  pdl_trigger();
-  const int h = blockIdx.y, hd = a.head_dim, kv_dim = a.kv_heads * hd, kv = h / (a.heads / a.kv_heads);
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  // ks: [32][hd + 1] (padded: lane j reads row j), vs: [32][hd], qs: [warps][4][hd].
-  float* ks = smem;
-  float* vs = ks + kTileKeys * (hd + 1);
-  float* qs = vs + kTileKeys * hd + size_t(warp) * kQueriesPerWarp * hd;
-  const int t0 = blockIdx.x * kPrefillWarps * kQueriesPerWarp + warp * kQueriesPerWarp;
-  const int p0 = *pos;
-  const float scale = rsqrtf(float(hd));
-  constexpr int kCols = kMaxHeadDim / kWarp;  // output columns per lane: d = lane + 32 c
-  for (int i = 0; i < kQueriesPerWarp; ++i)
-    for (int d = lane; d < hd; d += kWarp)
-      qs[i * hd + d] = t0 + i < n ? q[(size_t(t0 + i) * a.heads + h) * hd + d] : 0.0f;
-  float m[kQueriesPerWarp], l[kQueriesPerWarp], acc[kQueriesPerWarp][kCols];
-#pragma unroll
-  for (int i = 0; i < kQueriesPerWarp; ++i) {
-    m[i] = -INFINITY;
-    l[i] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) acc[i][c] = 0.0f;
-  }
-  // Keys up to the block's last query position.
-  const int block_last = min(n, int(blockIdx.x + 1) * kPrefillWarps * kQueriesPerWarp) - 1;
-  const int keys = p0 + block_last + 1;
-  for (int k0 = 0; k0 < keys; k0 += kTileKeys) {
-    __syncthreads();
-    for (int i = threadIdx.x; i < kTileKeys * hd; i += blockDim.x) {
-      const int j = i / hd, d = i % hd;
-      const bool in = k0 + j < keys;
-      ks[j * (hd + 1) + d] = in ? a.k_cache[size_t(k0 + j) * kv_dim + size_t(kv) * hd + d] : 0.0f;
-      vs[j * hd + d] = in ? a.v_cache[size_t(k0 + j) * kv_dim + size_t(kv) * hd + d] : 0.0f;
-    }
-    __syncthreads();
-    float s[kQueriesPerWarp];
-#pragma unroll
-    for (int i = 0; i < kQueriesPerWarp; ++i) s[i] = 0.0f;
-    for (int d = 0; d < hd; ++d) {
-      const float kd = ks[lane * (hd + 1) + d];
-#pragma unroll
-      for (int i = 0; i < kQueriesPerWarp; ++i) s[i] = fmaf(qs[i * hd + d], kd, s[i]);
-    }
-    // Online softmax per query; p[i] is this lane's key's weight for query i.
-    float p[kQueriesPerWarp];
-    bool any = false;
-#pragma unroll
-    for (int i = 0; i < kQueriesPerWarp; ++i) {
-      const int key = k0 + lane, query_pos = p0 + t0 + i;
-      const bool visible = t0 + i < n && key <= query_pos;
-      const float tile_max = warp_max(visible ? s[i] : -INFINITY);
-      p[i] = 0.0f;
-      if (tile_max == -INFINITY) continue;  // warp-uniform: nothing visible in this tile
-      any = true;
-      const float m_new = fmaxf(m[i], tile_max);
-      p[i] = visible ? expf((s[i] - m_new) * scale) : 0.0f;
-      const float rescale = expf((m[i] - m_new) * scale);
-      l[i] = l[i] * rescale + warp_sum(p[i]);
-      m[i] = m_new;
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) acc[i][c] *= rescale;
-    }
-    if (!any) continue;  // warp-uniform
-    // acc[i][c] += sum_j p_j[i] v[j][lane + 32 c]: each value row is read once for 4 queries.
-    for (int j = 0; j < kTileKeys; ++j) {
-      float pj[kQueriesPerWarp];
-#pragma unroll
-      for (int i = 0; i < kQueriesPerWarp; ++i) pj[i] = __shfl_sync(0xffffffffu, p[i], j);
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        if (lane + kWarp * c >= hd) break;
-        const float v = vs[j * hd + lane + kWarp * c];
-#pragma unroll
-        for (int i = 0; i < kQueriesPerWarp; ++i) acc[i][c] = fmaf(pj[i], v, acc[i][c]);
-      }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kQueriesPerWarp; ++i) {
-    if (t0 + i >= n) continue;
-#pragma unroll
-    for (int c = 0; c < kCols; ++c)
-      if (lane + kWarp * c < hd) out[(size_t(t0 + i) * a.heads + h) * hd + lane + kWarp * c] = acc[i][c] / l[i];
-  }
-}
-
 size_t decode_smem(const DecodeAttention& a) {
   return (size_t(a.head_dim) + kThreads * 4 + (a.capacity + a.splits - 1) / a.splits) * sizeof(float);
 }
@@ -247,20 +151,6 @@ void attention_decode(const DecodeAttention& a, const float* q, int n, const int
     check_cuda(cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "cudaFuncSetAttribute(attention_decode_kernel)");
   launch_pdl(attention_decode_kernel, dim3(a.splits, a.heads, n), dim3(kThreads), smem, stream, a, q, pos, out);
-}
-
-void attention_prefill(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
-                       cudaStream_t stream) {
-  if (a.head_dim > kMaxHeadDim)
-    throw EngineError("unsupported", "head_dim " + std::to_string(a.head_dim) + " above " +
-                                         std::to_string(kMaxHeadDim) + " in the CUDA prefill attention");
-  const int per_block = kPrefillWarps * kQueriesPerWarp;
-  const size_t smem = (size_t(kTileKeys) * (2 * a.head_dim + 1) + size_t(per_block) * a.head_dim) * sizeof(float);
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(attention_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-               "cudaFuncSetAttribute(attention_prefill_kernel)");
-  launch_pdl(attention_prefill_kernel, dim3((n + per_block - 1) / per_block, a.heads), dim3(kPrefillWarps * kWarp),
-             smem, stream, a, q, n, pos, out);
 }
 
 }  // namespace runahead::cuda

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
 
 #include "cpu/half.h"
+#include "cuda/decode_step.h"
 #include "cuda/device_memory.h"
 #include "cuda/kernels.h"
 #include "model/error.h"
@@ -119,12 +121,17 @@ class CudaBackendImpl final : public CudaBackend {
               {"activations", "f32"},
               {"kv_cache", "f32"},
               {"decode_step_cuda_graph", true},
+              {"decode_step", step_plan_.refused.empty()
+                                  ? "one persistent kernel, " + std::to_string(step_plan_.stages) +
+                                        " weight stages of 32 KB per block"
+                                  : "a kernel per op (persistent kernel off: needs " + step_plan_.refused + ")"},
               {"programmatic_dependent_launch", pdl_enabled()},
               {"device_argmax_and_sampling", true},
               {"fused_rmsnorm_qkv_rope_kv_append", true},
               {"fused_rmsnorm_gate_up_swiglu", true},
               {"split_k_decode_attention", attention_.splits},
               {"tensor_core_prefill", tensor_cores},
+              {"prefill_gemm", tensor_cores ? gemm_bf16_impl() : "none"},
               {"tensor_core_prefill_min_tokens", kTensorCoreMinTokens}}}};
   }
 
@@ -282,6 +289,46 @@ class CudaBackendImpl final : public CudaBackend {
     return out;
   }
 
+  nlohmann::json profile_decode_step(int reps) override {
+    if (!persistent_step()) return {};
+    const int L = c_.num_layers, stamps = decode_step_stamps(L);
+    DeviceBuffer clock(size_t(stamps) * sizeof(long long));
+    std::vector<long long> host(stamps);
+    const char* names[] = {"qkv (rmsnorm, matvec, bias)", "attention (rope, kv append, split merge)",
+                           "o_proj + residual", "gate_up (rmsnorm, matvec)", "down (swiglu, matvec) + residual",
+                           "lm_head + argmax"};
+    std::vector<double> us(6, 0.0);
+    cudaEvent_t begin, end;
+    check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&end), "cudaEventCreate");
+    double total_ms = 0;
+    for (int r = 0; r <= reps; ++r) {  // the first launch warms up
+      check_cuda(cudaEventRecord(begin, stream_), "cudaEventRecord");
+      enqueue_persistent_step(StepEnd{}, clock.get<long long>());  // no StepEnd: the same step again
+      check_cuda(cudaEventRecord(end, stream_), "cudaEventRecord");
+      check_cuda(cudaEventSynchronize(end), "profile decode step");
+      if (r == 0) continue;
+      float ms = 0;
+      check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+      check_cuda(cudaMemcpy(host.data(), clock.get(), host.size() * sizeof(long long), cudaMemcpyDeviceToHost),
+                 "cudaMemcpy (stamps)");
+      // Block 0's clock splits the launch's time between the phases it went through.
+      const double cycles = double(host[stamps - 1] - host[0]);
+      for (int k = 0; k + 1 < stamps; ++k) {
+        const int phase = k == stamps - 2 ? 5 : k % 5;
+        us[phase] += double(host[k + 1] - host[k]) / cycles * ms * 1e3;
+      }
+      total_ms += ms;
+    }
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+    nlohmann::json phases = nlohmann::json::array();
+    for (int p = 0; p < 6; ++p)
+      phases.push_back({{"phase", names[p]}, {"us_per_step", us[p] / reps}, {"barriers", p < 5 ? L : 0}});
+    return {{"launch_us", total_ms / reps * 1e3}, {"stages", step_plan_.stages}, {"blocks", step_plan_.blocks},
+            {"phases", phases}};
+  }
+
   nlohmann::json profile_prefill_ops(int n) override {
     if (w_->dtype != DType::BF16 || n < kTensorCoreMinTokens || n > prefill_rows_ || n > capacity_) return {};
     set_position(0);
@@ -390,6 +437,7 @@ class CudaBackendImpl final : public CudaBackend {
     attention_.partial = attention_partial_.get<float>();
     attention_.counters = attention_counters_.get<int>();
     sampling_d_ = DeviceBuffer(sizeof(SamplingState));
+    allocate_step();
     host_tokens_ = PinnedBuffer(size_t(capacity_ + 2) * sizeof(int32_t));
     if (w_->dtype == DType::BF16) {
       const int widest = std::max({H, qd, I});
@@ -397,6 +445,77 @@ class CudaBackendImpl final : public CudaBackend {
       qkv_ = DeviceBuffer(size_t(rows) * qkv_rows * 4);
       gate_up_ = DeviceBuffer(size_t(rows) * 2 * I * 4);
     }
+  }
+
+  // The persistent decode step (decode_step.h): its layer table and scratch.
+  // RUNAHEAD_CUDA_PERSISTENT=0 keeps a kernel per op, to measure what it gains.
+  void allocate_step() {
+    const int H = c_.hidden_size, I = c_.intermediate_size, hd = c_.head_dim;
+    const size_t kvd = size_t(c_.num_kv_heads) * hd;
+    std::vector<DecodeLayer> table;
+    for (int l = 0; l < c_.num_layers; ++l) {
+      const DeviceLayer& d = layers_[l];
+      DecodeLayer t;
+      t.wqkv = d.wqkv.get();
+      t.bqkv = d.bqkv.get<float>();
+      t.wo = d.wo.get();
+      t.w_gate_up = d.w_gate_up.get();
+      t.w_down = d.w_down.get();
+      t.attn_norm = d.attn_norm.get<float>();
+      t.mlp_norm = d.mlp_norm.get<float>();
+      t.k_cache = k_cache_.get<float>() + size_t(l) * capacity_ * kvd;
+      t.v_cache = v_cache_.get<float>() + size_t(l) * capacity_ * kvd;
+      table.push_back(t);
+    }
+    step_layers_ = upload(table.data(), table.size() * sizeof(DecodeLayer));
+    step_qkv_ = DeviceBuffer(size_t(c_.num_heads + 2 * c_.num_kv_heads) * hd * 4);
+    step_gate_up_ = DeviceBuffer(size_t(2) * I * 4);
+    step_partial_ = DeviceBuffer(decode_step_partial_floats(c_.num_heads, hd) * 4);
+    step_best_ = DeviceBuffer(size_t(2) * sms_ * 4);
+    step_sync_ = DeviceBuffer(size_t(decode_step_sync_words()) * sizeof(unsigned));
+    check_cuda(cudaMemset(step_sync_.get(), 0, step_sync_.bytes()), "cudaMemset");
+    DecodeStep& s = step_;
+    s.dtype = w_->dtype;
+    s.layers = c_.num_layers;
+    s.hidden = H;
+    s.intermediate = I;
+    s.heads = c_.num_heads;
+    s.kv_heads = c_.num_kv_heads;
+    s.head_dim = hd;
+    s.vocab = c_.vocab_size;
+    s.eps = c_.rms_norm_eps;
+    s.layer = step_layers_.get<DecodeLayer>();
+    s.embed = embed_.get();
+    s.lm_head = lm_head_weights();
+    s.final_norm = final_norm_.get<float>();
+    s.rope_cos = rope_cos_.get<float>();
+    s.rope_sin = rope_sin_.get<float>();
+    s.token = tokens_d_.get<int32_t>();
+    s.pos = pos_d_.get<int>();
+    s.x = x_.get<float>();
+    s.qkv = step_qkv_.get<float>();
+    s.gate_up = step_gate_up_.get<float>();
+    s.partial = step_partial_.get<float>();
+    s.logits = logits_d_.get<float>();
+    s.best = step_best_.get<float>();
+    s.sync = step_sync_.get<unsigned>();
+    const char* env = std::getenv("RUNAHEAD_CUDA_PERSISTENT");
+    if (env && std::string(env) == "0") {
+      step_plan_.refused = "RUNAHEAD_CUDA_PERSISTENT unset or 1";
+    } else {
+      int device = 0;
+      check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+      step_plan_ = plan_decode_step(s, device);
+    }
+  }
+
+  bool persistent_step() const { return step_plan_.refused.empty(); }
+
+  void enqueue_persistent_step(const StepEnd& end, long long* clock = nullptr) {
+    DecodeStep s = step_;
+    s.end = end;
+    s.clock = clock;
+    decode_step(s, step_plan_, stream_);
   }
 
   // Pinned staging for a forward of n tokens with n_out logit rows.
@@ -510,6 +629,23 @@ class CudaBackendImpl final : public CudaBackend {
   // One step of n <= kMaxVecTokens tokens (tokens_d_) through the matrix-vector path,
   // ending as `mode` says; n_out rows of logits (0: none, only the position moves).
   void enqueue_vec_step(StepMode mode, int n, int n_out) {
+    if (n == 1 && n_out == 1 && persistent_step()) {
+      StepEnd end;
+      end.pos = pos_d_.get<int>();
+      end.advance = 1;
+      if (mode == StepMode::Greedy) {
+        end.next = tokens_d_.get<int32_t>();
+        end.host = host_tokens_.device<int32_t>();
+      }
+      if (mode == StepMode::Sample) {
+        enqueue_persistent_step(StepEnd{});
+        sample_token(logits_d_.get<float>(), c_.vocab_size, sampling_d_.get<SamplingState>(),
+                     StepEnd{end.pos, 1, nullptr, tokens_d_.get<int32_t>(), host_tokens_.device<int32_t>()}, stream_);
+      } else {
+        enqueue_persistent_step(end);
+      }
+      return;
+    }
     enqueue_embedding(n);
     for (int l = 0; l < c_.num_layers; ++l) {
       enqueue_qkv(l, n);
@@ -626,6 +762,9 @@ class CudaBackendImpl final : public CudaBackend {
   DeviceBuffer pos_d_, tokens_d_, x_, q_, att_, act_, logits_d_, head_partial_, head_counter_;
   DeviceBuffer attention_partial_, attention_counters_, sampling_d_;
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
+  DeviceBuffer step_layers_, step_qkv_, step_gate_up_, step_partial_, step_best_, step_sync_;
+  DecodeStep step_;
+  DecodeStepPlan step_plan_;
   DecodeAttention attention_;
   PinnedBuffer host_tokens_, host_in_, host_logits_, host_hidden_;
   int host_in_rows_ = 0, host_out_rows_ = 0;

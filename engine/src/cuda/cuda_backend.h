@@ -33,6 +33,10 @@ class CudaBackend : public Backend {
   // own, replayed `reps` times).
   virtual double time_decode_steps(int steps) = 0;
   virtual nlohmann::json profile_decode_ops(int reps) = 0;
+  // The persistent decode step (decode_step.h) phase by phase, summed over layers: block 0's
+  // clock between grid barriers, scaled to the launch's time, averaged over `reps` launches
+  // (empty when the model runs a kernel per op).
+  virtual nlohmann::json profile_decode_step(int reps) = 0;
   // The time of each op kind of an n-token tensor-core prefill alone (the cache is reset).
   virtual nlohmann::json profile_prefill_ops(int n) = 0;
 };

@@ -140,6 +140,7 @@ nlohmann::json bench(const CudaBenchArgs& a) {
   const nlohmann::json ops = backend->profile_decode_ops(a.reps);
   double ops_us = 0;
   for (const auto& op : ops) ops_us += op["us_per_step"].get<double>();
+  const nlohmann::json step = backend->profile_decode_step(a.reps);
   const nlohmann::json prefill_ops = backend->profile_prefill_ops(a.prefill);
 
   const double bound_ms = double(weights->weight_bytes) / bandwidth * 1e3;
@@ -160,6 +161,7 @@ nlohmann::json bench(const CudaBenchArgs& a) {
           {"context_prefill_ms", ctx_prefill_ms},
           {"ops", ops},
           {"ops_sum_us", ops_us},
+          {"decode_step_phases", step},
           {"prefill_ops", prefill_ops},
           {"optimizations", backend->describe()["optimizations"]}};
 }
@@ -175,7 +177,18 @@ void print_report(const nlohmann::json& r) {
               r["copy_bandwidth_gb_s"].get<double>(), 100.0 * r["bound_ratio"].get<double>());
   std::printf("prefill  %d tokens in %.2f ms; the %d-token context in %.2f ms\n", r["prefill_tokens"].get<int>(),
               r["prefill_ms"].get<double>(), r["context"].get<int>(), r["context_prefill_ms"].get<double>());
-  std::printf("per op family (alone, all layers, one graph each):\n");
+  const auto& o = r["optimizations"];
+  std::printf("step     %s; prefill GEMM %s\n", o["decode_step"].get<std::string>().c_str(),
+              o["prefill_gemm"].get<std::string>().c_str());
+  const auto& step = r["decode_step_phases"];
+  if (!step.empty()) {
+    std::printf("persistent step (%d blocks, %d stages of 32 KB), by phase over all layers, barrier waits included:\n",
+                step["blocks"].get<int>(), step["stages"].get<int>());
+    for (const auto& p : step["phases"])
+      std::printf("  %-42s %9.1f us/step\n", p["phase"].get<std::string>().c_str(), p["us_per_step"].get<double>());
+    std::printf("  %-42s %9.1f us/step\n", "one launch", step["launch_us"].get<double>());
+  }
+  std::printf("per op family of the per-op kernels (verify steps; alone, all layers, one graph each):\n");
   for (const auto& op : r["ops"])
     std::printf("  %-30s %9.1f us/step  %8.1f MB  %7.0f GB/s\n", op["op"].get<std::string>().c_str(),
                 op["us_per_step"].get<double>(), op["bytes_per_step"].get<double>() / 1e6, op["gb_per_s"].get<double>());

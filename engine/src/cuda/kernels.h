@@ -132,4 +132,8 @@ void to_bf16(const float* in, size_t count, void* out, cudaStream_t stream);
 void attention_prefill(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
                        cudaStream_t stream);
 
+// Which implementation gemm_bf16 runs: "cublasLt" (the build found it and
+// RUNAHEAD_CUDA_CUBLASLT is not 0; a shape it has no algorithm for still runs ours) or "mma.sync".
+const char* gemm_bf16_impl();
+
 }  // namespace runahead::cuda

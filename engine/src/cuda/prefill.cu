@@ -1,10 +1,22 @@
 // The tensor-core path of a long prompt: bf16 activations, f32 accumulation.
-// gemm_bf16: C[n, rows] (+)= A[n, K] . W[rows, K]^T with mma.sync m16n8k16, 128x128 block
-// tiles, 3-stage cp.async pipeline, swizzled shared memory read by ldmatrix.
+// gemm_bf16: C[n, rows] (+)= A[n, K] . W[rows, K]^T through cuBLASLt where the build found it
+// (RUNAHEAD_CUBLASLT), else with our mma.sync m16n8k16 kernel: 128x128 block tiles, 3-stage
+// cp.async pipeline, swizzled shared memory read by ldmatrix.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#ifdef RUNAHEAD_CUBLASLT
+#include <cublasLt.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+#endif
 
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
+#include "cuda/mma.cuh"
 
 namespace runahead::cuda {
 namespace {
@@ -19,20 +31,6 @@ __device__ __forceinline__ uint32_t tile_offset(int r, int c) { return r * 64 + 
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // grid (ceil(rows / 128), ceil(n / 128)); rows of A past n and of W past `rows` read as zeros.
@@ -122,13 +120,25 @@ __global__ void rmsnorm_to_bf16_kernel(const float* x, const float* norm, float 
     h[size_t(blockIdx.x) * H + i] = __float2bfloat16(row[i] * inv[0] * norm[i]);
 }
 
-__global__ void swiglu_to_bf16_kernel(const float* gu, int n, int I, __nv_bfloat16* act) {
+// grid (ceil(I / 256 / kSwigluPerThread), n): token t = blockIdx.y, no division per element.
+constexpr int kSwigluPerThread = 4;
+__global__ void swiglu_to_bf16_kernel(const float* gu, int I, __nv_bfloat16* act) {
   pdl_wait();
   pdl_trigger();
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < size_t(n) * I; i += size_t(gridDim.x) * blockDim.x) {
-    const size_t t = i / I, j = i % I;
-    const float g = gu[t * 2 * I + j], u = gu[t * 2 * I + I + j];
-    act[i] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+  const float* row = gu + size_t(blockIdx.y) * 2 * I;
+  __nv_bfloat16* out = act + size_t(blockIdx.y) * I;
+  const int j0 = blockIdx.x * blockDim.x * kSwigluPerThread + threadIdx.x;
+  float g[kSwigluPerThread], u[kSwigluPerThread];
+#pragma unroll
+  for (int k = 0; k < kSwigluPerThread; ++k) {
+    const int j = j0 + k * blockDim.x;
+    g[k] = j < I ? __ldcs(row + j) : 0.0f;
+    u[k] = j < I ? __ldcs(row + I + j) : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < kSwigluPerThread; ++k) {
+    const int j = j0 + k * blockDim.x;
+    if (j < I) out[j] = __float2bfloat16(g[k] / (1.0f + expf(-g[k])) * u[k]);
   }
 }
 
@@ -141,6 +151,123 @@ __global__ void to_bf16_kernel(const float* in, size_t count, __nv_bfloat16* out
 
 int elementwise_blocks(size_t count) { return int(std::clamp<size_t>((count + 255) / 256, 1, 8192)); }
 
+void gemm_bf16_mma(const void* a, const void* w, int n, int rows, int K, float* c, bool accumulate,
+                   cudaStream_t stream) {
+  const size_t smem = size_t(kStages) * 2 * kTileBytes;
+  launch_pdl(gemm_bf16_tn_128x128, dim3((rows + kBN - 1) / kBN, (n + kBM - 1) / kBM), dim3(kGemmThreads), smem, stream,
+             static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(w), n, rows, K, c, accumulate);
+}
+
+// RUNAHEAD_CUDA_CUBLASLT=0 in the environment keeps our own kernel, to compare the two.
+bool use_cublaslt() {
+#ifdef RUNAHEAD_CUBLASLT
+  static const bool on = [] {
+    const char* v = std::getenv("RUNAHEAD_CUDA_CUBLASLT");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+#else
+  return false;
+#endif
+}
+
+#ifdef RUNAHEAD_CUBLASLT
+void check_lt(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw EngineError("cuda_error", std::string(what) + ": cuBLASLt status " + std::to_string(int(status)));
+}
+
+// Row-major C[n, rows] = A[n, K] . W[rows, K]^T is, column-major, C^T[rows, n] = W^T . A^T with
+// W stored as a K x rows matrix (op T) and A as K x n (op N): the "TN" case.
+struct LtPlan {
+  bool found = false;  // the heuristic offered an algorithm; else our kernel serves the shape
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t w = nullptr, a = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+// The process's handle, workspace and one plan per shape. Never destroyed: they are needed
+// until exit, when the CUDA context may already be gone. One workspace serves every call, so
+// the calls must come from one stream at a time (the engine runs one prefill at a time).
+class Lt {
+ public:
+  static constexpr size_t kWorkspace = size_t(32) << 20;
+  static constexpr uint32_t kAlignment = 16;  // bytes every pointer must be aligned to
+
+  static Lt& get() {
+    static Lt* lt = new Lt;
+    return *lt;
+  }
+
+  const LtPlan& plan(int n, int rows, int K) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, added] = plans_.try_emplace(std::tuple{n, rows, K});
+    if (added) it->second = make_plan(n, rows, K);
+    return it->second;
+  }
+
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+
+ private:
+  Lt() {
+    check_lt(cublasLtCreate(&handle), "cublasLtCreate");
+    check_cuda(cudaMalloc(&workspace, kWorkspace), "cudaMalloc (cuBLASLt workspace)");
+  }
+
+  LtPlan make_plan(int n, int rows, int K) {
+    LtPlan p;
+    check_lt(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose),
+             "cublasLtMatmulDescSetAttribute (transa)");
+    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep),
+             "cublasLtMatmulDescSetAttribute (transb)");
+    check_lt(cublasLtMatrixLayoutCreate(&p.w, CUDA_R_16BF, K, rows, K), "cublasLtMatrixLayoutCreate (W)");
+    check_lt(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, K, n, K), "cublasLtMatrixLayoutCreate (A)");
+    check_lt(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, rows, n, rows), "cublasLtMatrixLayoutCreate (C)");
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    const uint64_t workspace_bytes = kWorkspace;
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                                  sizeof workspace_bytes),
+             "cublasLtMatmulPreferenceSetAttribute (workspace)");
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &kAlignment, sizeof kAlignment),
+               "cublasLtMatmulPreferenceSetAttribute (alignment)");
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.w, p.a, p.c, p.c, pref, 1, &result, &count);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p.found = status == CUBLAS_STATUS_SUCCESS && count > 0;
+    if (p.found) p.algo = result.algo;
+    return p;
+  }
+
+  std::mutex mutex_;
+  std::map<std::tuple<int, int, int>, LtPlan> plans_;
+};
+
+bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % Lt::kAlignment == 0; }
+
+// False when cuBLASLt has no algorithm for the shape or a pointer is less aligned than promised.
+bool gemm_bf16_lt(const void* a, const void* w, int n, int rows, int K, float* c, bool accumulate,
+                  cudaStream_t stream) {
+  if (!aligned(a) || !aligned(w) || !aligned(c)) return false;
+  Lt& lt = Lt::get();
+  const LtPlan& p = lt.plan(n, rows, K);
+  if (!p.found) return false;
+  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  check_lt(cublasLtMatmul(lt.handle, p.op, &one, w, p.w, a, p.a, &beta, c, p.c, c, p.c, &p.algo, lt.workspace,
+                          Lt::kWorkspace, stream),
+           "cublasLtMatmul");
+  return true;
+}
+#endif
+
 }  // namespace
 
 void rmsnorm_to_bf16(const float* x, const float* norm, float eps, int n, int H, void* h, cudaStream_t stream) {
@@ -151,13 +278,17 @@ void gemm_bf16(const void* a, const void* w, int n, int rows, int K, float* c, b
   if (K % kBK != 0 || rows % 2 != 0)
     throw EngineError("unsupported", "gemm_bf16 needs K % 32 == 0 and an even row count, got K " + std::to_string(K) +
                                          ", rows " + std::to_string(rows));
-  const size_t smem = size_t(kStages) * 2 * kTileBytes;
-  launch_pdl(gemm_bf16_tn_128x128, dim3((rows + kBN - 1) / kBN, (n + kBM - 1) / kBM), dim3(kGemmThreads), smem, stream,
-             static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(w), n, rows, K, c, accumulate);
+#ifdef RUNAHEAD_CUBLASLT
+  if (use_cublaslt() && gemm_bf16_lt(a, w, n, rows, K, c, accumulate, stream)) return;
+#endif
+  gemm_bf16_mma(a, w, n, rows, K, c, accumulate, stream);
 }
 
+const char* gemm_bf16_impl() { return use_cublaslt() ? "cublasLt" : "mma.sync"; }
+
 void swiglu_to_bf16(const float* gu, int n, int I, void* act, cudaStream_t stream) {
-  launch_pdl(swiglu_to_bf16_kernel, dim3(elementwise_blocks(size_t(n) * I)), dim3(256), 0, stream, gu, n, I,
+  const int per_block = 256 * kSwigluPerThread;
+  launch_pdl(swiglu_to_bf16_kernel, dim3((I + per_block - 1) / per_block, n), dim3(256), 0, stream, gu, I,
              static_cast<__nv_bfloat16*>(act));
 }
 

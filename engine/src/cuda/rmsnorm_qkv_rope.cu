@@ -87,18 +87,16 @@ __global__ void __launch_bounds__(kGemvThreads) rmsnorm_qkv_rope_append_kernel(Q
 }
 
 // Prefill: the projection came from the tensor-core GEMM; one thread per row pair and token.
-__global__ void bias_rope_append_kernel(QkvRope a, const float* qkv, int n, const int* pos, float* q_out) {
+// grid (ceil(units / 256), n): token t = blockIdx.y, one row pair per thread.
+__global__ void bias_rope_append_kernel(QkvRope a, const float* qkv, const int* pos, float* q_out) {
   pdl_wait();
   pdl_trigger();
   const int q_dim = a.heads * a.head_dim, kv_dim = a.kv_heads * a.head_dim, width = q_dim + 2 * kv_dim;
-  const int units = width / 2, p0 = *pos;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < size_t(n) * units;
-       i += size_t(gridDim.x) * blockDim.x) {
-    const int t = int(i / units), u = int(i % units);
-    const RowPair r = row_pair(u, q_dim, kv_dim, a.head_dim);
-    const float* row = qkv + size_t(t) * width;
-    rope_and_store(a, r, row[r.first], row[r.second], t, p0 + t, q_out);
-  }
+  const int u = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+  if (u >= width / 2) return;
+  const RowPair r = row_pair(u, q_dim, kv_dim, a.head_dim);
+  const float* row = qkv + size_t(t) * width;
+  rope_and_store(a, r, row[r.first], row[r.second], t, *pos + t, q_out);
 }
 
 }  // namespace
@@ -118,9 +116,8 @@ void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int*
 
 void bias_rope_append(const QkvRope& a, const float* qkv, int n, const int* pos, float* q_out,
                       cudaStream_t stream) {
-  const size_t work = size_t(n) * (a.heads + 2 * a.kv_heads) * a.head_dim / 2;
-  const int blocks = int(std::min<size_t>((work + 255) / 256, 4096));
-  launch_pdl(bias_rope_append_kernel, dim3(blocks), dim3(256), 0, stream, a, qkv, n, pos, q_out);
+  const int units = (a.heads + 2 * a.kv_heads) * a.head_dim / 2;
+  launch_pdl(bias_rope_append_kernel, dim3((units + 255) / 256, n), dim3(256), 0, stream, a, qkv, pos, q_out);
 }
 
 }  // namespace runahead::cuda
