@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -364,13 +366,21 @@ int32_t argmax_of(const std::vector<float>& v, size_t row, size_t width) {
 
 TEST_CASE("cuda backend: fixtures match the transformers goldens and the CPU backend") {
   if (!have_device()) return;
+  // Both single-token decode paths: the persistent kernel (1) and a kernel per op (0).
+  for (const char* persistent : {"1", "0"})
   for (const char* name : {"qwen2-tied-bf16", "qwen2-untied-f16", "llama-f32"}) {
     CAPTURE(name);
+    CAPTURE(persistent);
     auto weights = fixture(name);
     std::ifstream golden_file(kModels / name / "golden.json");
     const json golden = json::parse(golden_file);
     const double tol = golden["tolerance"]["logit_abs"].get<double>();
+    setenv("RUNAHEAD_CUDA_PERSISTENT", persistent, 1);
     auto cuda = make_cuda_backend(weights, BackendOptions{});
+    unsetenv("RUNAHEAD_CUDA_PERSISTENT");
+    const std::string path = cuda->describe()["optimizations"]["decode_step"].get<std::string>();
+    MESSAGE(name << ": " << path);
+    CHECK(path.rfind(persistent[0] == '1' ? "one persistent kernel" : "a kernel per op", 0) == 0);
     auto cpu = make_cpu_backend(weights, BackendOptions{});
     const int V = weights->config.vocab_size;
 

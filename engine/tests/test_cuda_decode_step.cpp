@@ -20,9 +20,11 @@ using namespace runahead;
 
 namespace {
 
-// A backend on the kernel-per-op decode path (the persistent step switched off).
-std::unique_ptr<CudaBackend> per_op_backend(std::shared_ptr<const ModelWeights> w, const BackendOptions& o) {
-  setenv("RUNAHEAD_CUDA_PERSISTENT", "0", 1);
+// A backend whose single-token steps take the path RUNAHEAD_CUDA_PERSISTENT names (1: the
+// persistent kernel, 0: a kernel per op) instead of the faster one timed at load.
+std::unique_ptr<CudaBackend> backend_on(const char* persistent, std::shared_ptr<const ModelWeights> w,
+                                        const BackendOptions& o) {
+  setenv("RUNAHEAD_CUDA_PERSISTENT", persistent, 1);
   auto b = make_cuda_backend(std::move(w), o);
   unsetenv("RUNAHEAD_CUDA_PERSISTENT");
   return b;
@@ -42,8 +44,8 @@ TEST_CASE("cuda backend: the persistent decode step equals the per-op kernels") 
     auto weights = std::make_shared<const ModelWeights>(random_model(shape, 7));
     BackendOptions options;
     options.context_length = 1024;
-    auto persistent = make_cuda_backend(weights, options);
-    auto per_op = per_op_backend(weights, options);
+    auto persistent = backend_on("1", weights, options);
+    auto per_op = backend_on("0", weights, options);
     const std::string kind = persistent->describe()["optimizations"]["decode_step"].get<std::string>();
     MESSAGE(shape << ": " << kind);
     REQUIRE(kind.rfind("one persistent kernel", 0) == 0);

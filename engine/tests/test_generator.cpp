@@ -2,7 +2,9 @@
 // deadlines, cancellation, chunked prefill, input checks.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -298,4 +300,92 @@ TEST_CASE("a backend error resets the cache instead of leaving it out of step") 
   CHECK(generator.cached_tokens().empty());
   const Run r = run(generator, greedy(iota_prompt(8), 10));
   CHECK(r.tokens == cold(greedy(iota_prompt(8), 10)));
+}
+
+namespace {
+
+// A backend with its own greedy loop that, like the CUDA one, runs step k + 1 before it
+// hands over token k, and rolls the extra step back when told to stop.
+class LoopingBackend : public FakeBackend {
+ public:
+  using FakeBackend::FakeBackend;
+  int decode_greedy(int32_t first, int max_tokens, const std::function<bool(int32_t)>& on_token) override {
+    ++loops;
+    max_tokens = std::min(max_tokens, context_length() - kv_len());
+    const int start = kv_len();
+    std::vector<float> logits;
+    std::vector<int32_t> produced;
+    int32_t input = first;
+    const auto step = [&] {
+      forward(std::span(&input, 1), 1, logits);
+      input = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      produced.push_back(input);
+    };
+    if (max_tokens > 0) step();
+    int emitted = 0;
+    while (emitted < int(produced.size())) {
+      if (int(produced.size()) < max_tokens) step();
+      if (!on_token(produced[emitted++])) break;
+    }
+    truncate(start + emitted);
+    return emitted;
+  }
+  int loops = 0;
+};
+
+}  // namespace
+
+TEST_CASE("a backend's own greedy loop gives what stepping with forward gives: tokens, finish, stats, cache") {
+  struct Case {
+    int vocab, context;
+    FakeBackend::LogitsFn logits;
+    std::vector<GenerateRequest> requests;  // run in order on one generator: prefix reuse too
+  };
+  GenerateRequest stopped = greedy({5}, 30);
+  stopped.stop = {9};
+  const std::vector<Case> cases = {
+      {97, 256, runahead::testing::hashed_logits, {greedy(iota_prompt(20), 10), greedy(iota_prompt(25), 12)}},
+      {50, 256, counting_logits, {stopped, greedy({35}, 30), greedy({1}, 4), greedy({39}, 30)}},
+      {97, 16, runahead::testing::hashed_logits, {greedy(iota_prompt(10), 100), greedy(iota_prompt(16), 100)}},
+  };
+  for (const Case& c : cases) {
+    FakeBackend plain(c.vocab, c.context, c.logits);
+    LoopingBackend looping(c.vocab, c.context, c.logits);
+    Generator by_forward(plain, GeneratorOptions{.eos_ids = {40}});
+    Generator by_loop(looping, GeneratorOptions{.eos_ids = {40}});
+    for (const GenerateRequest& request : c.requests) {
+      const Run a = run(by_forward, request), b = run(by_loop, request);
+      CHECK(b.tokens == a.tokens);
+      CHECK(b.result.finish == a.result.finish);
+      CHECK(b.result.stats.tokens == a.result.stats.tokens);
+      CHECK(b.result.stats.steps == a.result.stats.steps);
+      CHECK(b.result.stats.reused_tokens == a.result.stats.reused_tokens);
+      const auto cache = [](const Generator& g) { return std::vector<int32_t>(g.cached_tokens().begin(), g.cached_tokens().end()); };
+      CHECK(cache(by_loop) == cache(by_forward));
+      CHECK(looping.kv_len() == plain.kv_len());
+    }
+  }
+}
+
+TEST_CASE("a backend's own greedy loop stops within one token of a cancel; sampling does not use it") {
+  LoopingBackend backend(97, 256);
+  Generator generator(backend, {});
+  std::atomic<bool> cancel{false};
+  std::vector<int32_t> seen;
+  const GenerateResult result = generator.generate(
+      greedy(iota_prompt(8), 100),
+      [&](std::span<const int32_t> tokens, std::span<const double>) {
+        seen.insert(seen.end(), tokens.begin(), tokens.end());
+        if (seen.size() == 3) cancel = true;
+      },
+      cancel);
+  CHECK(backend.loops == 1);
+  CHECK(result.finish == FinishReason::Cancelled);
+  CHECK(seen.size() == 3);
+  CHECK(backend.kv_len() == 8 + 2);  // the prompt and the inputs of tokens 2 and 3
+
+  GenerateRequest sampled = greedy(iota_prompt(8), 5);
+  sampled.sampling = runahead::testing::sampling(0.8f, 0, 1.0f, 7);
+  run(generator, sampled);
+  CHECK(backend.loops == 1);
 }

@@ -7,6 +7,9 @@
 #include <fstream>
 
 #include "engine_process.h"
+#ifdef RUNAHEAD_CUDA
+#include "cuda/cuda_backend.h"
+#endif
 
 using nlohmann::json;
 using runahead::testing::EngineProcess;
@@ -248,7 +251,11 @@ TEST_CASE("protocol: load, generate, prefix reuse, cancel, busy, stats, unload o
   const json report = (*loaded)["report"];
   CHECK(report["architecture"] == "Qwen2ForCausalLM");
   CHECK(report["vocab_size"] == 512);
+#ifdef RUNAHEAD_CUDA
+  CHECK(report["backend"] == (runahead::cuda_available() ? "cuda" : "cpu"));  // auto: CUDA where a device is usable
+#else
   CHECK(report["backend"] == "cpu");
+#endif
   CHECK(report["optimizations"]["prefix_reuse"] == true);
 
   // The golden greedy continuation, through the protocol.

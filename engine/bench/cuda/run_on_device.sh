@@ -55,6 +55,16 @@ if [ "${PER_OP_COMPARE:-1}" = 1 ]; then
     sed 's/^/kernel per op without PDL: /' | tee -a "$OUT/summary.txt"
 fi
 
+# The protocol's own generation path (runahead-engine demo): ms/token as a client sees it.
+if [ "${DEMO:-1}" = 1 ]; then
+  for model in engine/models/runahead-coder random:qwen2.5-coder-0.5b random:qwen2.5-coder-1.5b; do
+    for spec in off auto; do
+      timeout 120 "$ENGINE" demo --model "$model" --tokens 128 --speculation $spec > "$OUT/demo.txt" 2>&1
+      log "demo $model speculation $spec: exit $? -- $(grep -E '"(backend|decode_ms_per_token|accepted_per_step|ttft_ms)"' "$OUT/demo.txt" | tr -d ' \n')"
+    done
+  done
+fi
+
 # NCU=1: Nsight Compute on one persistent decode step of each shape (hardware counters).
 if [ "${NCU:-0}" = 1 ]; then
   for shape in $SHAPES; do

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -32,6 +33,7 @@ using namespace cuda;
 // and every decode/verify step keep f32 activations.
 constexpr int kTensorCoreMinTokens = 64;
 constexpr int kPrefillChunk = 2048;
+constexpr int kChoiceSteps = 20;  // timed steps of each decode path at load
 constexpr unsigned kPrefillGemm = 1, kPrefillAttention = 2, kPrefillOther = 4, kAllPrefillOps = 7;
 
 DeviceBuffer upload(const void* data, size_t bytes) {
@@ -95,6 +97,7 @@ class CudaBackendImpl final : public CudaBackend {
     for (cudaEvent_t& e : events_) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     upload_weights();
     allocate();
+    choose_decode_step();
     check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (load)");
   }
 
@@ -121,10 +124,7 @@ class CudaBackendImpl final : public CudaBackend {
               {"activations", "f32"},
               {"kv_cache", "f32"},
               {"decode_step_cuda_graph", true},
-              {"decode_step", step_plan_.refused.empty()
-                                  ? "one persistent kernel, " + std::to_string(step_plan_.stages) +
-                                        " weight stages of 32 KB per block"
-                                  : "a kernel per op (persistent kernel off: needs " + step_plan_.refused + ")"},
+              {"decode_step", describe_decode_step()},
               {"programmatic_dependent_launch", pdl_enabled()},
               {"device_argmax_and_sampling", true},
               {"fused_rmsnorm_qkv_rope_kv_append", true},
@@ -226,6 +226,10 @@ class CudaBackendImpl final : public CudaBackend {
     return emitted;
   }
 
+  int decode_greedy(int32_t first, int max_tokens, const std::function<bool(int32_t)>& on_token) override {
+    return decode(first, max_tokens, SamplingParams{}, on_token);
+  }
+
   double time_decode_steps(int steps) override {
     steps = std::min(steps, capacity_ - kv_len_);
     if (steps <= 0) return 0.0;
@@ -290,14 +294,14 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   nlohmann::json profile_decode_step(int reps) override {
-    if (!persistent_step()) return {};
+    if (!step_plan_.refused.empty()) return {};
     const int L = c_.num_layers, stamps = decode_step_stamps(L);
     DeviceBuffer clock(size_t(stamps) * sizeof(long long));
     std::vector<long long> host(stamps);
     const char* names[] = {"qkv (rmsnorm, matvec, bias)", "attention (rope, kv append, split merge)",
                            "o_proj + residual", "gate_up (rmsnorm, matvec)", "down (swiglu, matvec) + residual",
                            "lm_head + argmax"};
-    std::vector<double> us(6, 0.0);
+    std::vector<double> work(6, 0.0), wait(6, 0.0);
     cudaEvent_t begin, end;
     check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
     check_cuda(cudaEventCreate(&end), "cudaEventCreate");
@@ -312,11 +316,13 @@ class CudaBackendImpl final : public CudaBackend {
       check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
       check_cuda(cudaMemcpy(host.data(), clock.get(), host.size() * sizeof(long long), cudaMemcpyDeviceToHost),
                  "cudaMemcpy (stamps)");
-      // Block 0's clock splits the launch's time between the phases it went through.
-      const double cycles = double(host[stamps - 1] - host[0]);
+      // Block 0's clock splits the launch's time between the phases it went through: the
+      // work up to a phase's grid barrier, then the wait in it.
+      const double us_per_cycle = ms * 1e3 / double(host[stamps - 1] - host[0]);
       for (int k = 0; k + 1 < stamps; ++k) {
-        const int phase = k == stamps - 2 ? 5 : k % 5;
-        us[phase] += double(host[k + 1] - host[k]) / cycles * ms * 1e3;
+        const double us = double(host[k + 1] - host[k]) * us_per_cycle;
+        if (k == stamps - 2) work[5] += us;
+        else (k % 2 == 0 ? work : wait)[(k / 2) % 5] += us;
       }
       total_ms += ms;
     }
@@ -324,7 +330,9 @@ class CudaBackendImpl final : public CudaBackend {
     cudaEventDestroy(end);
     nlohmann::json phases = nlohmann::json::array();
     for (int p = 0; p < 6; ++p)
-      phases.push_back({{"phase", names[p]}, {"us_per_step", us[p] / reps}, {"barriers", p < 5 ? L : 0}});
+      phases.push_back({{"phase", names[p]}, {"us_per_step", (work[p] + wait[p]) / reps},
+                        {"work_us_per_step", work[p] / reps}, {"barrier_us_per_step", wait[p] / reps},
+                        {"barriers", p < 5 ? L : 0}});
     return {{"launch_us", total_ms / reps * 1e3}, {"stages", step_plan_.stages}, {"blocks", step_plan_.blocks},
             {"phases", phases}};
   }
@@ -509,7 +517,43 @@ class CudaBackendImpl final : public CudaBackend {
     }
   }
 
-  bool persistent_step() const { return step_plan_.refused.empty(); }
+  bool persistent_step() const { return persistent_; }
+
+  // A single-token step runs the persistent kernel when its plan holds and it is the faster of
+  // the two over a few timed steps; RUNAHEAD_CUDA_PERSISTENT=1 (or 0) forces it on (or off).
+  void choose_decode_step() {
+    persistent_ = false;
+    const char* env = std::getenv("RUNAHEAD_CUDA_PERSISTENT");
+    const int steps = std::min(kChoiceSteps, capacity_ - 2);
+    if (!step_plan_.refused.empty() || steps < 1) return;
+    if (env && std::string(env) == "1") {
+      persistent_ = true;
+      return;
+    }
+    check_cuda(cudaMemsetAsync(tokens_d_.get(), 0, sizeof(int32_t), stream_), "cudaMemsetAsync (token)");
+    for (const bool persistent : {false, true}) {
+      persistent_ = persistent;
+      set_position(0);
+      GraphExec g = capture([&] { enqueue_vec_step(StepMode::Greedy, 1, 1); });
+      step_ms_[persistent] = time_graph(g.get(), steps);
+    }
+    persistent_ = step_ms_[1] < step_ms_[0];
+    set_position(0);
+  }
+
+  std::string describe_decode_step() const {
+    const auto ms = [](double v) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.3f", v);
+      return std::string(b);
+    };
+    const std::string persistent =
+        "one persistent kernel, " + std::to_string(step_plan_.stages) + " weight stages of 32 KB per block";
+    if (!step_plan_.refused.empty()) return "a kernel per op (persistent kernel off: needs " + step_plan_.refused + ")";
+    if (step_ms_[0] == 0) return persistent_ ? persistent + " (forced)" : "a kernel per op";
+    const std::string times = ms(step_ms_[1]) + " ms/step against " + ms(step_ms_[0]) + " for a kernel per op";
+    return persistent_ ? persistent + " (" + times + ")" : "a kernel per op (the persistent kernel took " + times + ")";
+  }
 
   void enqueue_persistent_step(const StepEnd& end, long long* clock = nullptr) {
     DecodeStep s = step_;
@@ -765,6 +809,8 @@ class CudaBackendImpl final : public CudaBackend {
   DeviceBuffer step_layers_, step_qkv_, step_gate_up_, step_partial_, step_best_, step_sync_;
   DecodeStep step_;
   DecodeStepPlan step_plan_;
+  bool persistent_ = false;
+  double step_ms_[2] = {0, 0};  // a timed single-token step: [0] kernel per op, [1] persistent
   DecodeAttention attention_;
   PinnedBuffer host_tokens_, host_in_, host_logits_, host_hidden_;
   int host_in_rows_ = 0, host_out_rows_ = 0;

@@ -182,10 +182,12 @@ void print_report(const nlohmann::json& r) {
               o["prefill_gemm"].get<std::string>().c_str());
   const auto& step = r["decode_step_phases"];
   if (!step.empty()) {
-    std::printf("persistent step (%d blocks, %d stages of 32 KB), by phase over all layers, barrier waits included:\n",
+    std::printf("persistent step (%d blocks, %d stages of 32 KB), by phase over all layers (block 0's clock):\n",
                 step["blocks"].get<int>(), step["stages"].get<int>());
     for (const auto& p : step["phases"])
-      std::printf("  %-42s %9.1f us/step\n", p["phase"].get<std::string>().c_str(), p["us_per_step"].get<double>());
+      std::printf("  %-42s %9.1f us/step  (work %7.1f, grid barrier %7.1f)\n", p["phase"].get<std::string>().c_str(),
+                  p["us_per_step"].get<double>(), p["work_us_per_step"].get<double>(),
+                  p["barrier_us_per_step"].get<double>());
     std::printf("  %-42s %9.1f us/step\n", "one launch", step["launch_us"].get<double>());
   }
   std::printf("per op family of the per-op kernels (verify steps; alone, all layers, one graph each):\n");

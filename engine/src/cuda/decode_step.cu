@@ -2,8 +2,8 @@
 //
 // Block layout: 15 consumer warps compute, one producer warp (its first lane) streams
 // weights. Every weight matrix is split by rows into one contiguous share per block; a
-// share is cut into tiles of at most kStageBytes (whole rows, or for very long rows one
-// row's slice of columns), and the producer bulk-copies tile after tile into a ring of
+// share is cut into tiles of at most kStageBytes (whole rows, or for long rows four rows'
+// slices of columns), and the producer bulk-copies tile after tile into a ring of
 // stages, waiting only for a free stage. Each tile belongs to one consumer warp (round robin),
 // so several warps work on different stages at once with no block-wide barrier per tile: a
 // warp multiplies its tile's rows with the phase's input vector (staged in shared memory as
@@ -35,7 +35,8 @@ constexpr int kStepThreads = kConsumers + kWarp;  // + the producer warp
 constexpr int kStageBytes = 32 * 1024;
 constexpr int kMaxStages = 8;
 constexpr int kRowsPerUnit = 4;  // rows one warp multiplies together
-constexpr int kMaxChunks = 32;       // attention splits per head
+constexpr int kMaxChunks = 16;       // attention splits per head
+constexpr int kBatch = 8;            // staging: vector loads each thread has in flight at once
 constexpr int kLoadsPerBatch = 4;    // attention: key/value rows in flight per lane group
 constexpr int kPhasesPerLayer = 5;
 constexpr int kSyncBarrier = 0, kSyncArrivals = 1, kSyncWords = 2;  // words of DecodeStep::sync
@@ -123,8 +124,9 @@ struct Share {
       : begin(int(int64_t(rows) * blockIdx.x / gridDim.x)), end(int(int64_t(rows) * (blockIdx.x + 1) / gridDim.x)) {}
 };
 
-// This block's rows [r0, r1) of a matrix, cut into tiles: `group` rows of `kc` columns;
-// rows longer than a stage are cut into nk column slices (then group = 1).
+// This block's rows [r0, r1) of a matrix, cut into tiles of `group` rows by `kc` columns:
+// whole rows when a stage holds kRowsPerUnit of them or more, else kRowsPerUnit rows cut into
+// nk column slices (each tile then is one bulk copy per row).
 struct Tiling {
   int r0, r1, nk, kc, group, count;
   __device__ Tiling(const Matrix& m, int element_bytes) {
@@ -132,10 +134,14 @@ struct Tiling {
     r0 = share.begin;
     r1 = share.end;
     const int row_bytes = m.K * element_bytes, per_chunk = 16 / element_bytes;
-    nk = (row_bytes + kStageBytes - 1) / kStageBytes;
-    kc = nk == 1 ? m.K : ((m.K + nk - 1) / nk + per_chunk - 1) / per_chunk * per_chunk;
-    nk = (m.K + kc - 1) / kc;
-    group = nk == 1 ? kStageBytes / row_bytes : 1;
+    if (kStageBytes / row_bytes >= kRowsPerUnit) {
+      nk = 1, kc = m.K, group = kStageBytes / row_bytes;
+    } else {
+      group = kRowsPerUnit;
+      nk = (group * row_bytes + kStageBytes - 1) / kStageBytes;
+      kc = ((m.K + nk - 1) / nk + per_chunk - 1) / per_chunk * per_chunk;
+      nk = (m.K + kc - 1) / kc;
+    }
     count = (r1 - r0 + group - 1) / group * nk;
   }
 };
@@ -153,7 +159,7 @@ __device__ __forceinline__ Tile tile_at(const Tiling& t, int i, int K) {
 }
 
 constexpr int kSliceSlots = 64;  // long rows whose column slices are in flight at once
-constexpr int kMaxSlices = 8;
+constexpr int kMaxSlices = 16;
 
 struct Shared {
   uint64_t full[kMaxStages], empty[kMaxStages];
@@ -180,10 +186,16 @@ __device__ void produce(const DecodeStep& s, int stages, unsigned char* ring, Sh
       const Tile t = tile_at(tiling, i, mat.K);
       const int stage = tile % stages;
       if (tile >= stages) mbarrier_wait(&sh.empty[stage], (tile / stages - 1) & 1);
-      const unsigned bytes = unsigned(t.rows) * unsigned(t.kn) * sizeof(W);
-      mbarrier_expect_bytes(&sh.full[stage], bytes);
-      bulk_load(ring + size_t(stage) * kStageBytes, mat.w + (size_t(t.row) * mat.K + t.k0) * sizeof(W), bytes,
-                &sh.full[stage], policy);
+      const unsigned row_bytes = unsigned(t.kn) * sizeof(W);
+      mbarrier_expect_bytes(&sh.full[stage], unsigned(t.rows) * row_bytes);
+      unsigned char* dst = ring + size_t(stage) * kStageBytes;
+      const char* src = mat.w + (size_t(t.row) * mat.K + t.k0) * sizeof(W);
+      if (tiling.nk == 1) {
+        bulk_load(dst, src, unsigned(t.rows) * row_bytes, &sh.full[stage], policy);  // whole rows: contiguous
+      } else {
+        for (int r = 0; r < t.rows; ++r)
+          bulk_load(dst + r * row_bytes, src + size_t(r) * mat.K * sizeof(W), row_bytes, &sh.full[stage], policy);
+      }
       *reinterpret_cast<volatile int*>(&sh.issued[stage]) = tile;
     }
   }
@@ -237,41 +249,35 @@ __device__ void consume(const Matrix& mat, const float* in, int& tile, int stage
     const W* tw = reinterpret_cast<const W*>(ring + size_t(stage) * kStageBytes);
     const int chunks = t.kn / E;
     const float* x = in + t.k0;
-    if (tiling.nk == 1) {
-      int r = 0;
-      for (; r + R <= t.rows; r += R) {
-        float sum[R];
-        dot_rows<W, R>(tw + size_t(r) * t.kn, chunks, chunks, x, sum);
-        float y = sum[0];
+    // Row r's sum is final once its last slice is in (always, for whole rows).
+    const auto finish = [&](int row, float y) {
+      if (tiling.nk == 1) return epilogue(row, y);
+      const int slot = row % kSliceSlots;
+      sh.slice_sum[slot][t.slice] = y;
+      __threadfence_block();
+      if (atomicAdd(&sh.slices_done[slot], 1) != tiling.nk - 1) return;
+      __threadfence_block();
+      float total = 0.0f;
+      for (int k = 0; k < tiling.nk; ++k) total += *reinterpret_cast<volatile float*>(&sh.slice_sum[slot][k]);
+      sh.slices_done[slot] = 0;
+      epilogue(row, total);
+    };
+    int r = 0;
+    for (; r + R <= t.rows; r += R) {
+      float sum[R];
+      dot_rows<W, R>(tw + size_t(r) * t.kn, chunks, chunks, x, sum);
+      float y = sum[0];
 #pragma unroll
-        for (int k = 1; k < R; ++k) y = lane == k ? sum[k] : y;
-        if (lane < R) epilogue(t.row + r + lane, y);
-      }
-      for (; r < t.rows; ++r) {
-        float sum[1];
-        dot_rows<W, 1>(tw + size_t(r) * t.kn, chunks, chunks, x, sum);
-        if (lane == 0) epilogue(t.row + r, sum[0]);
-      }
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(&sh.empty[stage]);
-    } else {
-      float sum[1];
-      dot_rows<W, 1>(tw, chunks, chunks, x, sum);
-      __syncwarp();
-      if (lane == 0) {
-        mbarrier_arrive(&sh.empty[stage]);
-        const int slot = t.row % kSliceSlots;
-        sh.slice_sum[slot][t.slice] = sum[0];
-        __threadfence_block();
-        if (atomicAdd(&sh.slices_done[slot], 1) == tiling.nk - 1) {
-          __threadfence_block();
-          float y = 0.0f;
-          for (int k = 0; k < tiling.nk; ++k) y += *reinterpret_cast<volatile float*>(&sh.slice_sum[slot][k]);
-          sh.slices_done[slot] = 0;
-          epilogue(t.row, y);
-        }
-      }
+      for (int k = 1; k < R; ++k) y = lane == k ? sum[k] : y;
+      if (lane < R) finish(t.row + r + lane, y);
     }
+    for (; r < t.rows; ++r) {
+      float sum[1];
+      dot_rows<W, 1>(tw + size_t(r) * t.kn, chunks, chunks, x, sum);
+      if (lane == 0) finish(t.row + r, sum[0]);
+    }
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&sh.empty[stage]);
   }
   tile += tiling.count;
 }
@@ -282,15 +288,28 @@ __device__ __forceinline__ void read_residual(const float* x, const Share& rows,
   if (threadIdx.x < rows.end - rows.begin) sh.residual[threadIdx.x] = __ldcg(x + rows.begin + threadIdx.x);
 }
 
-// in[k] = v(k) * g[k] for k < H; returns rsqrt(mean(v^2) + eps), by which the phase scales
-// its dot products (rmsnorm(v) * g . w = that * (v * g . w)), so staging needs one barrier.
-template <class Value>
-__device__ float stage_normed(Value v, int H, float eps, const float* g, float* in, Shared& sh) {
+// in[k] = v[k] * g[k] for k < H (H % 4 == 0), where load(i) gives v[4i, 4i + 4); returns
+// rsqrt(mean(v^2) + eps), by which the phase scales its dot products (rmsnorm(v) * g . w =
+// that * (v * g . w)), so staging needs one barrier. kBatch loads in flight per thread.
+template <class Load>
+__device__ float stage_normed(Load load, int H, float eps, const float* g, float* in, Shared& sh) {
+  const int n = H / 4;
   float ss = 0.0f;
-  for (int k = threadIdx.x; k < H; k += kConsumers) {
-    const float e = v(k);
-    in[k] = e * g[k];
-    ss = fmaf(e, e, ss);
+  for (int i0 = threadIdx.x; i0 < n; i0 += kConsumers * kBatch) {
+    float4 v[kBatch], w[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * kConsumers;
+      v[b] = i < n ? load(i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      w[b] = i < n ? __ldg(reinterpret_cast<const float4*>(g) + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * kConsumers;
+      if (i >= n) continue;
+      reinterpret_cast<float4*>(in)[i] = make_float4(v[b].x * w[b].x, v[b].y * w[b].y, v[b].z * w[b].z, v[b].w * w[b].w);
+      ss = fmaf(v[b].x, v[b].x, fmaf(v[b].y, v[b].y, fmaf(v[b].z, v[b].z, fmaf(v[b].w, v[b].w, ss))));
+    }
   }
   ss = warp_sum(ss);
   if (threadIdx.x % kWarp == 0) sh.scratch[threadIdx.x / kWarp] = ss;
@@ -374,8 +393,9 @@ __device__ void attention(const DecodeStep& s, const DecodeLayer& layer, int pos
       }
       return v;
     };
-    float4 q = rope(biased(size_t(h) * hd + d), d, hd, cos_row, sin_row);
-    q = make_float4(q.x * scale, q.y * scale, q.z * scale, q.w * scale);
+    const float4 q_raw = biased(size_t(h) * hd + d);
+    float4 q = q_raw;
+    bool roped = false;  // q is rotated once the first keys are on their way, so their loads overlap
     const float* K = layer.k_cache + size_t(g) * hd + d;
     const float* V = layer.v_cache + size_t(g) * hd + d;
     const float4 k_new = biased(qd + size_t(g) * hd + d), v_new = biased(qd + kvd + size_t(g) * hd + d);
@@ -395,6 +415,11 @@ __device__ void attention(const DecodeStep& s, const DecodeLayer& layer, int pos
           kr[b] = k_new;
           vr[b] = v_new;
         }
+      }
+      if (!roped) {  // warp-uniform
+        q = rope(q_raw, d, hd, cos_row, sin_row);
+        q = make_float4(q.x * scale, q.y * scale, q.z * scale, q.w * scale);
+        roped = true;
       }
 #pragma unroll
       for (int b = 0; b < kLoadsPerBatch; ++b) {
@@ -440,36 +465,58 @@ __device__ void attention(const DecodeStep& s, const DecodeLayer& layer, int pos
   }
 }
 
-// in[h * head_dim + t] = the attention output of head h: its chunks' partials merged. The
-// partials are read a batch at a time so that their loads are in flight together.
+// in[h * head_dim + t] = the attention output of head h: its chunks' partials merged. A thread
+// takes 4 columns of a head and has the loads of up to kBatch chunks in flight at once.
 __device__ void stage_attention(const DecodeStep& s, int chunks, float* in) {
-  constexpr int kBatch = 8;
-  const int hd = s.head_dim;
+  const int hd = s.head_dim, groups = hd / 4;
   const size_t stride = softmax_stride(hd);
-  for (int k = threadIdx.x; k < s.heads * hd; k += kConsumers) {
-    const float* part = s.partial + size_t(k / hd) * kMaxChunks * stride;
-    float M = -INFINITY, num = 0.0f, den = 0.0f;
+  for (int u = threadIdx.x; u < s.heads * groups; u += kConsumers) {
+    const int h = u / groups, d = 4 * (u % groups);
+    const float* part = s.partial + size_t(h) * kMaxChunks * stride;
+    Softmax total;
     for (int c0 = 0; c0 < chunks; c0 += kBatch) {
-      float m[kBatch], l[kBatch], o[kBatch];
+      float m[kBatch], l[kBatch];
+      float4 o[kBatch];
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
         const float* p = part + size_t(c0 + b) * stride;
         const bool in_range = c0 + b < chunks;
         m[b] = in_range ? __ldcg(p) : -INFINITY;
         l[b] = in_range ? __ldcg(p + 1) : 0.0f;
-        o[b] = in_range ? __ldcg(p + kSoftmaxHeader + k % hd) : 0.0f;
+        o[b] = in_range ? __ldcg(reinterpret_cast<const float4*>(p + kSoftmaxHeader + d))
+                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const float M2 = fmaxf(M, m[b]);
-        if (M2 == -INFINITY) continue;
-        const float keep = expf(M - M2), add = expf(m[b] - M2);
-        num = num * keep + o[b] * add;
-        den = den * keep + l[b] * add;
-        M = M2;
-      }
+      for (int b = 0; b < kBatch; ++b) total.merge(m[b], l[b], o[b]);
     }
-    in[k] = num / den;
+    const float inv = 1.0f / total.l;
+    *reinterpret_cast<float4*>(in + size_t(h) * hd + d) =
+        make_float4(total.o.x * inv, total.o.y * inv, total.o.z * inv, total.o.w * inv);
+  }
+  consumers_sync();
+}
+
+// in[j] = silu(gate[j]) * up[j] for j < I (I % 4 == 0): float4 loads, kBatch in flight per thread.
+__device__ void stage_swiglu(const float* gate_up, int I, float* in) {
+  const float4* gate = reinterpret_cast<const float4*>(gate_up);
+  const float4* up = reinterpret_cast<const float4*>(gate_up + I);
+  const int n = I / 4;
+  for (int j0 = threadIdx.x; j0 < n; j0 += kConsumers * kBatch) {
+    float4 g[kBatch], u[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = j0 + b * kConsumers;
+      g[b] = j < n ? __ldcg(gate + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      u[b] = j < n ? __ldcg(up + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = j0 + b * kConsumers;
+      const auto silu = [](float v) { return v / (1.0f + expf(-v)); };
+      if (j < n)
+        reinterpret_cast<float4*>(in)[j] = make_float4(silu(g[b].x) * u[b].x, silu(g[b].y) * u[b].y,
+                                                       silu(g[b].z) * u[b].z, silu(g[b].w) * u[b].w);
+    }
   }
   consumers_sync();
 }
@@ -507,6 +554,7 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
   if (stamps) s.clock[stamp++] = clock64();
   unsigned barriers = 0;
   auto sync_grid = [&] {
+    if (stamps) s.clock[stamp++] = clock64();
     grid_barrier(&s.sync[kSyncBarrier], ++barriers * gridDim.x);
     if (stamps) s.clock[stamp++] = clock64();
   };
@@ -517,10 +565,11 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
   const Share hidden_rows(H);  // this block's rows of o_proj and down, whose epilogues add to x
   for (int l = 0; l < s.layers; ++l) {
     const DecodeLayer& layer = s.layer[l];
-    const auto x_at = [&](int k) { return __ldcg(s.x + k); };
-    const auto embedding_at = [&](int k) {
-      const float v = to_float(embed_row[k]);
-      if (blockIdx.x == 0) s.x[k] = v;
+    const auto x_at = [&](int i) { return __ldcg(reinterpret_cast<const float4*>(s.x) + i); };
+    const auto embedding_at = [&](int i) {  // the token's embedding, which block 0 also writes to x
+      const float4 v = make_float4(to_float(embed_row[4 * i]), to_float(embed_row[4 * i + 1]),
+                                   to_float(embed_row[4 * i + 2]), to_float(embed_row[4 * i + 3]));
+      if (blockIdx.x == 0) reinterpret_cast<float4*>(s.x)[i] = v;
       return v;
     };
     float inv = l == 0 ? stage_normed(embedding_at, H, s.eps, layer.attn_norm, in, sh)
@@ -543,18 +592,15 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
     sync_grid();
 
     read_residual(s.x, hidden_rows, sh);
-    for (int j = threadIdx.x; j < I; j += kConsumers) {
-      const float g = __ldcg(s.gate_up + j), u = __ldcg(s.gate_up + I + j);
-      in[j] = g / (1.0f + expf(-g)) * u;
-    }
-    consumers_sync();
+    stage_swiglu(s.gate_up, I, in);
     consume<W>(matrix_of(s, 4 * l + 3), in, tile, stages, ring, sh,
                [&](int r, float y) { s.x[r] = sh.residual[r - hidden_rows.begin] + y; });
     sync_grid();
   }
 
   // lm_head and the argmax: each thread keeps the best of the rows it finished.
-  const float inv = stage_normed([&](int k) { return __ldcg(s.x + k); }, H, s.eps, s.final_norm, in, sh);
+  const float inv = stage_normed([&](int i) { return __ldcg(reinterpret_cast<const float4*>(s.x) + i); }, H, s.eps,
+                                 s.final_norm, in, sh);
   float best_v = -INFINITY;
   int best_i = 0x7fffffff;
   consume<W>(matrix_of(s, 4 * s.layers), in, tile, stages, ring, sh, [&](int r, float y) {
@@ -608,7 +654,7 @@ size_t input_floats(const DecodeStep& s) {
 
 size_t decode_step_partial_floats(int heads, int head_dim) { return size_t(heads) * kMaxChunks * softmax_stride(head_dim); }
 int decode_step_sync_words() { return kSyncWords; }
-int decode_step_stamps(int layers) { return kPhasesPerLayer * layers + 2; }
+int decode_step_stamps(int layers) { return 2 * kPhasesPerLayer * layers + 2; }
 
 DecodeStepPlan plan_decode_step(const DecodeStep& s, int device) {
   DecodeStepPlan plan;
@@ -629,8 +675,8 @@ DecodeStepPlan plan_decode_step(const DecodeStep& s, int device) {
       plan.refused = "rows of a multiple of 16 bytes";
       return plan;
     }
-    if (size_t(K) * element > size_t(kMaxSlices) * kStageBytes) {
-      plan.refused = "rows of at most " + std::to_string(kMaxSlices * kStageBytes / 1024) + " KB";
+    if (size_t(K) * element * kRowsPerUnit > size_t(kMaxSlices) * kStageBytes) {
+      plan.refused = "rows of at most " + std::to_string(kMaxSlices * kStageBytes / kRowsPerUnit / 1024) + " KB";
       return plan;
     }
   }

@@ -63,8 +63,8 @@ DecodeStepPlan plan_decode_step(const DecodeStep& s, int device);
 
 size_t decode_step_partial_floats(int heads, int head_dim);
 int decode_step_sync_words();
-// Stamps (SM clock of block 0): the start, the end of each of the 5 phases of every layer,
-// and the end of the lm_head phase.
+// Stamps (SM clock of block 0): the start; for each of the 5 phases of every layer, the
+// arrival at its grid barrier and the departure; the end of the lm_head phase.
 int decode_step_stamps(int layers);
 
 void decode_step(const DecodeStep& s, const DecodeStepPlan& plan, cudaStream_t stream);

@@ -3,6 +3,7 @@
 // appends to its own KV cache, and rollback of that cache. Everything above this
 // interface (prefix reuse, sampling, stopping, speculation) is backend-independent.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,6 +42,17 @@ class Backend {
 
   // Rolls the KV cache back to its first n positions (n <= kv_len()).
   virtual void truncate(int n) = 0;
+
+  // Greedy decoding in a loop of the backend's own that keeps each step's token where it was
+  // computed (CUDA: on the device, read by the host a step late): feeds `first`, then each
+  // token it produced, handing every new token to on_token until on_token returns false or
+  // max_tokens are out. Returns how many it produced (the cache then holds `first` and all of
+  // them but the last), or -1 when the backend has no such loop and the caller steps with
+  // forward().
+  virtual int decode_greedy(int32_t first, int max_tokens, const std::function<bool(int32_t)>& on_token) {
+    (void)first, (void)max_tokens, (void)on_token;
+    return -1;
+  }
 
   // Speculation with an MTP head (runtime/drafters/mtp.*) needs two more things; a
   // backend without them refuses, and the head is reported inactive.

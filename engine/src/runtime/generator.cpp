@@ -151,6 +151,33 @@ GenerateResult Generator::generate(const GenerateRequest& request, const TokenSi
           break;
         }
         step_start = Clock::now();
+        if (!options_.speculator && request.sampling.greedy()) {
+          // The backend's own greedy loop, where it has one: each token is judged while the
+          // next step already runs.
+          int32_t input = out.back();
+          const int produced = backend_.decode_greedy(input, request.max_tokens - stats.tokens, [&](int32_t token) {
+            const auto now = Clock::now();
+            const double step_ms = ms_between(step_start, now);
+            step_start = now;
+            decode_ms += step_ms;
+            ++stats.steps;
+            ++produced_by_steps;
+            cached_.push_back(input);
+            input = token;
+            const auto verdict = stop.judge(token, stats.tokens, ms_between(start, now));
+            if (verdict.emit) {
+              ++stats.tokens;
+              sink(std::span(&token, 1), std::span(&step_ms, 1));
+            }
+            result.finish = verdict.finish;
+            if (result.finish == FinishReason::None) result.finish = stop.before_step(cancel.load(), elapsed());
+            return result.finish == FinishReason::None;
+          });
+          if (produced >= 0) {
+            if (result.finish == FinishReason::None) result.finish = FinishReason::Context;  // the cache is full
+            break;
+          }
+        }
         Step step = decode_step(out.back(), sampler, request.max_tokens - stats.tokens);
         decode_ms += ms_between(step_start, Clock::now());
         ++stats.steps;
