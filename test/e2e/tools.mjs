@@ -48,8 +48,18 @@ function ensureDebianPackages({ browser, needBuildDeps }) {
   if (r.status !== 0) throw new Error(`${apt} failed:\n${r.out.slice(-3000)}`);
 }
 
+/**
+ * The environment without what an outer `npm test` / `npm run` set for its scripts (npm_*):
+ * a nested npm would take npm_config_user_agent, which names the outer Node, as its own, and
+ * code-server's postinstall reads the Node version from it.
+ */
+function outsideNpm(extra = {}) {
+  const env = Object.fromEntries(Object.entries(process.env).filter(([key]) => !/^npm_/i.test(key)));
+  return { ...env, ...extra };
+}
+
 /** Runs `npm install <spec>` into cacheDir/<name> unless its marker says it is done. */
-function npmInstallOnce(name, spec, env = process.env) {
+function npmInstallOnce(name, spec, env = outsideNpm()) {
   const dir = join(cacheDir, name);
   const marker = join(dir, `.installed-${spec.replace(/[^\w.@-]/g, '_')}`);
   if (existsSync(marker)) return dir;
@@ -97,7 +107,7 @@ export function ensureTools({ browser = true } = {}) {
   const node = join(nodeBin, 'node');
 
   // code-server's postinstall compiles VS Code's native modules with node-gyp against these headers.
-  const env = { ...process.env, PATH: `${nodeBin}:${process.env.PATH}`, npm_config_nodedir: nodeDist };
+  const env = outsideNpm({ PATH: `${nodeBin}:${process.env.PATH}`, npm_config_nodedir: nodeDist });
   npmInstallOnce('code-server', `code-server@${CODE_SERVER_VERSION}`, env);
   const codeServer = join(codeServerDir, 'node_modules', 'code-server', 'out', 'node', 'entry.js');
   if (!existsSync(codeServer)) throw new Error(`code-server is installed but ${codeServer} is missing; delete ${codeServerDir} and run again`);

@@ -37,6 +37,9 @@ TESTS=$BUILD/engine-tests
 timeout ${TEST_TIMEOUT:-180} "$TESTS" -tc="cuda*" > "$OUT/tests.txt" 2>&1
 log "cuda tests: exit $? -- $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/tests.txt" | tr '\n' ' ')"
 grep -E "ERROR|FATAL|MESSAGE|CHECK|REQUIRE|values:|logit|persistent" "$OUT/tests.txt" | head -40
+# The prefill path again on our own tensor-core GEMM instead of cuBLASLt.
+RUNAHEAD_CUDA_CUBLASLT=0 timeout 120 "$TESTS" -tc="cuda ops: gemm*,cuda backend: the tensor*" > "$OUT/tests-mma.txt" 2>&1
+log "cuda tests, mma.sync GEMM: exit $? -- $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/tests-mma.txt" | tr '\n' ' ')"
 
 for shape in $SHAPES; do
   timeout 150 "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx 512 --tokens 256 --prefill 2048 \

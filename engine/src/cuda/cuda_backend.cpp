@@ -737,8 +737,8 @@ class CudaBackendImpl final : public CudaBackend {
       if (other) to_bf16(att_.get<float>(), size_t(n) * qd, h, stream_);
       if (gemm) gemm_bf16(h, d.wo.get(), n, H, qd, x, true, stream_);
       if (other) rmsnorm_to_bf16(x, d.mlp_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
-      if (gemm) gemm_bf16(h, d.w_gate_up.get(), n, 2 * I, H, gate_up_.get<float>(), false, stream_);
-      if (other) swiglu_to_bf16(gate_up_.get<float>(), n, I, h, stream_);
+      if (gemm) gemm_bf16_to_bf16(h, d.w_gate_up.get(), n, 2 * I, H, gate_up_.get(), stream_);  // bf16: half the bytes
+      if (other) swiglu_to_bf16(gate_up_.get(), n, I, h, stream_);
       if (gemm) gemm_bf16(h, d.w_down.get(), n, H, I, x, true, stream_);
     }
   }

@@ -119,12 +119,14 @@ void rmsnorm_to_bf16(const float* x, const float* norm, float eps, int n, int H,
 // accumulate adds to c instead of overwriting it. K must be a multiple of 32, rows of 2.
 void gemm_bf16(const void* a, const void* w, int n, int rows, int K, float* c, bool accumulate,
                cudaStream_t stream);
+// As gemm_bf16, written as bf16 (no accumulate): c: [n, rows] bf16.
+void gemm_bf16_to_bf16(const void* a, const void* w, int n, int rows, int K, void* c, cudaStream_t stream);
 // For each token t at p = *pos + t: qkv[t] += bias; RoPE on its q and k parts; q_out[t] = q,
 // k_cache[p] = k, v_cache[p] = v.   qkv: [n, (heads + 2 kv_heads) * head_dim]
 void bias_rope_append(const QkvRope& a, const float* qkv, int n, const int* pos, float* q_out,
                       cudaStream_t stream);
-// act[t, j] = bf16(silu(gu[t, j]) * gu[t, I + j])   gu: [n, 2I] f32, act: [n, I] bf16
-void swiglu_to_bf16(const float* gu, int n, int I, void* act, cudaStream_t stream);
+// act[t, j] = bf16(silu(gu[t, j]) * gu[t, I + j])   gu: [n, 2I] bf16, act: [n, I] bf16
+void swiglu_to_bf16(const void* gu, int n, int I, void* act, cudaStream_t stream);
 // out[t, :] = bf16(in[t, :])
 void to_bf16(const float* in, size_t count, void* out, cudaStream_t stream);
 // Causal attention of n new tokens over the cache: as attention_decode for any n.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #ifdef RUNAHEAD_CUBLASLT
 #include <cublasLt.h>
@@ -34,8 +35,10 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 }
 
 // grid (ceil(rows / 128), ceil(n / 128)); rows of A past n and of W past `rows` read as zeros.
+// Out is float (accumulate adds to c) or __nv_bfloat16 (accumulate is not offered).
+template <class Out>
 __global__ void __launch_bounds__(kGemmThreads) gemm_bf16_tn_128x128(const __nv_bfloat16* a, const __nv_bfloat16* w,
-                                                                    int n, int rows, int K, float* c,
+                                                                    int n, int rows, int K, Out* c,
                                                                     bool accumulate) {
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -98,13 +101,17 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_bf16_tn_128x128(const __nv_
       for (int half = 0; half < 2; ++half) {
         const int m = m0 + wm + i * 16 + g + 8 * half, col = n0 + wn + j * 8 + 2 * tig;
         if (m >= n || col >= rows) continue;
-        float2* out = reinterpret_cast<float2*>(c + size_t(m) * rows + col);
         float2 v = make_float2(acc[i][j][2 * half], acc[i][j][2 * half + 1]);
-        if (accumulate) {
-          const float2 old = *out;
-          v.x += old.x, v.y += old.y;
+        if constexpr (std::is_same_v<Out, float>) {
+          float2* out = reinterpret_cast<float2*>(c + size_t(m) * rows + col);
+          if (accumulate) {
+            const float2 old = *out;
+            v.x += old.x, v.y += old.y;
+          }
+          *out = v;
+        } else {
+          *reinterpret_cast<__nv_bfloat162*>(c + size_t(m) * rows + col) = __floats2bfloat162_rn(v.x, v.y);
         }
-        *out = v;
       }
 }
 
@@ -122,18 +129,18 @@ __global__ void rmsnorm_to_bf16_kernel(const float* x, const float* norm, float 
 
 // grid (ceil(I / 256 / kSwigluPerThread), n): token t = blockIdx.y, no division per element.
 constexpr int kSwigluPerThread = 4;
-__global__ void swiglu_to_bf16_kernel(const float* gu, int I, __nv_bfloat16* act) {
+__global__ void swiglu_to_bf16_kernel(const __nv_bfloat16* gu, int I, __nv_bfloat16* act) {
   pdl_wait();
   pdl_trigger();
-  const float* row = gu + size_t(blockIdx.y) * 2 * I;
+  const __nv_bfloat16* row = gu + size_t(blockIdx.y) * 2 * I;
   __nv_bfloat16* out = act + size_t(blockIdx.y) * I;
   const int j0 = blockIdx.x * blockDim.x * kSwigluPerThread + threadIdx.x;
   float g[kSwigluPerThread], u[kSwigluPerThread];
 #pragma unroll
   for (int k = 0; k < kSwigluPerThread; ++k) {
     const int j = j0 + k * blockDim.x;
-    g[k] = j < I ? __ldcs(row + j) : 0.0f;
-    u[k] = j < I ? __ldcs(row + I + j) : 0.0f;
+    g[k] = j < I ? __bfloat162float(row[j]) : 0.0f;
+    u[k] = j < I ? __bfloat162float(row[I + j]) : 0.0f;
   }
 #pragma unroll
   for (int k = 0; k < kSwigluPerThread; ++k) {
@@ -151,11 +158,13 @@ __global__ void to_bf16_kernel(const float* in, size_t count, __nv_bfloat16* out
 
 int elementwise_blocks(size_t count) { return int(std::clamp<size_t>((count + 255) / 256, 1, 8192)); }
 
-void gemm_bf16_mma(const void* a, const void* w, int n, int rows, int K, float* c, bool accumulate,
+template <class Out>
+void gemm_bf16_mma(const void* a, const void* w, int n, int rows, int K, Out* c, bool accumulate,
                    cudaStream_t stream) {
   const size_t smem = size_t(kStages) * 2 * kTileBytes;
-  launch_pdl(gemm_bf16_tn_128x128, dim3((rows + kBN - 1) / kBN, (n + kBM - 1) / kBM), dim3(kGemmThreads), smem, stream,
-             static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(w), n, rows, K, c, accumulate);
+  launch_pdl(gemm_bf16_tn_128x128<Out>, dim3((rows + kBN - 1) / kBN, (n + kBM - 1) / kBM), dim3(kGemmThreads), smem,
+             stream, static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(w), n, rows, K, c,
+             accumulate);
 }
 
 // RUNAHEAD_CUDA_CUBLASLT=0 in the environment keeps our own kernel, to compare the two.
@@ -199,10 +208,10 @@ class Lt {
     return *lt;
   }
 
-  const LtPlan& plan(int n, int rows, int K) {
+  const LtPlan& plan(int n, int rows, int K, bool bf16_out) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto [it, added] = plans_.try_emplace(std::tuple{n, rows, K});
-    if (added) it->second = make_plan(n, rows, K);
+    auto [it, added] = plans_.try_emplace(std::tuple{n, rows, K, bf16_out});
+    if (added) it->second = make_plan(n, rows, K, bf16_out);
     return it->second;
   }
 
@@ -215,7 +224,7 @@ class Lt {
     check_cuda(cudaMalloc(&workspace, kWorkspace), "cudaMalloc (cuBLASLt workspace)");
   }
 
-  LtPlan make_plan(int n, int rows, int K) {
+  LtPlan make_plan(int n, int rows, int K, bool bf16_out) {
     LtPlan p;
     check_lt(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
     const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
@@ -225,7 +234,8 @@ class Lt {
              "cublasLtMatmulDescSetAttribute (transb)");
     check_lt(cublasLtMatrixLayoutCreate(&p.w, CUDA_R_16BF, K, rows, K), "cublasLtMatrixLayoutCreate (W)");
     check_lt(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, K, n, K), "cublasLtMatrixLayoutCreate (A)");
-    check_lt(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, rows, n, rows), "cublasLtMatrixLayoutCreate (C)");
+    check_lt(cublasLtMatrixLayoutCreate(&p.c, bf16_out ? CUDA_R_16BF : CUDA_R_32F, rows, n, rows),
+             "cublasLtMatrixLayoutCreate (C)");
 
     cublasLtMatmulPreference_t pref = nullptr;
     check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
@@ -248,17 +258,18 @@ class Lt {
   }
 
   std::mutex mutex_;
-  std::map<std::tuple<int, int, int>, LtPlan> plans_;
+  std::map<std::tuple<int, int, int, bool>, LtPlan> plans_;
 };
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % Lt::kAlignment == 0; }
 
 // False when cuBLASLt has no algorithm for the shape or a pointer is less aligned than promised.
-bool gemm_bf16_lt(const void* a, const void* w, int n, int rows, int K, float* c, bool accumulate,
+template <class Out>
+bool gemm_bf16_lt(const void* a, const void* w, int n, int rows, int K, Out* c, bool accumulate,
                   cudaStream_t stream) {
   if (!aligned(a) || !aligned(w) || !aligned(c)) return false;
   Lt& lt = Lt::get();
-  const LtPlan& p = lt.plan(n, rows, K);
+  const LtPlan& p = lt.plan(n, rows, K, std::is_same_v<Out, __nv_bfloat16>);
   if (!p.found) return false;
   const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   check_lt(cublasLtMatmul(lt.handle, p.op, &one, w, p.w, a, p.a, &beta, c, p.c, c, p.c, &p.algo, lt.workspace,
@@ -268,13 +279,8 @@ bool gemm_bf16_lt(const void* a, const void* w, int n, int rows, int K, float* c
 }
 #endif
 
-}  // namespace
-
-void rmsnorm_to_bf16(const float* x, const float* norm, float eps, int n, int H, void* h, cudaStream_t stream) {
-  launch_pdl(rmsnorm_to_bf16_kernel, dim3(n), dim3(256), 0, stream, x, norm, eps, H, static_cast<__nv_bfloat16*>(h));
-}
-
-void gemm_bf16(const void* a, const void* w, int n, int rows, int K, float* c, bool accumulate, cudaStream_t stream) {
+template <class Out>
+void gemm(const void* a, const void* w, int n, int rows, int K, Out* c, bool accumulate, cudaStream_t stream) {
   if (K % kBK != 0 || rows % 2 != 0)
     throw EngineError("unsupported", "gemm_bf16 needs K % 32 == 0 and an even row count, got K " + std::to_string(K) +
                                          ", rows " + std::to_string(rows));
@@ -284,12 +290,26 @@ void gemm_bf16(const void* a, const void* w, int n, int rows, int K, float* c, b
   gemm_bf16_mma(a, w, n, rows, K, c, accumulate, stream);
 }
 
+}  // namespace
+
+void rmsnorm_to_bf16(const float* x, const float* norm, float eps, int n, int H, void* h, cudaStream_t stream) {
+  launch_pdl(rmsnorm_to_bf16_kernel, dim3(n), dim3(256), 0, stream, x, norm, eps, H, static_cast<__nv_bfloat16*>(h));
+}
+
+void gemm_bf16(const void* a, const void* w, int n, int rows, int K, float* c, bool accumulate, cudaStream_t stream) {
+  gemm(a, w, n, rows, K, c, accumulate, stream);
+}
+
+void gemm_bf16_to_bf16(const void* a, const void* w, int n, int rows, int K, void* c, cudaStream_t stream) {
+  gemm(a, w, n, rows, K, static_cast<__nv_bfloat16*>(c), false, stream);
+}
+
 const char* gemm_bf16_impl() { return use_cublaslt() ? "cublasLt" : "mma.sync"; }
 
-void swiglu_to_bf16(const float* gu, int n, int I, void* act, cudaStream_t stream) {
+void swiglu_to_bf16(const void* gu, int n, int I, void* act, cudaStream_t stream) {
   const int per_block = 256 * kSwigluPerThread;
-  launch_pdl(swiglu_to_bf16_kernel, dim3((I + per_block - 1) / per_block, n), dim3(256), 0, stream, gu, I,
-             static_cast<__nv_bfloat16*>(act));
+  launch_pdl(swiglu_to_bf16_kernel, dim3((I + per_block - 1) / per_block, n), dim3(256), 0, stream,
+             static_cast<const __nv_bfloat16*>(gu), I, static_cast<__nv_bfloat16*>(act));
 }
 
 void to_bf16(const float* in, size_t count, void* out, cudaStream_t stream) {
