@@ -28,6 +28,20 @@ std::vector<int32_t> iota_prompt(int n, int32_t first = 3) {
   return p;
 }
 
+// A greedy request of 100 tokens after an 8-token prompt, cancelled once `n` tokens are out.
+Run cancelled_after(Generator& generator, size_t n) {
+  Run r;
+  std::atomic<bool> cancel{false};
+  r.result = generator.generate(
+      greedy(iota_prompt(8), 100),
+      [&](std::span<const int32_t> tokens, std::span<const double>) {
+        r.tokens.insert(r.tokens.end(), tokens.begin(), tokens.end());
+        if (r.tokens.size() == n) cancel = true;
+      },
+      cancel);
+  return r;
+}
+
 // The tokens a generator that never saw any other request produces.
 std::vector<int32_t> cold(const GenerateRequest& request, int vocab = 97, int context = 256) {
   FakeBackend backend(vocab, context);
@@ -220,18 +234,10 @@ TEST_CASE("the hard deadline (default twice the soft one) stops without a newlin
 TEST_CASE("cancellation is acknowledged within one step") {
   FakeBackend backend(97, 256);
   Generator generator(backend, {});
-  std::atomic<bool> cancel{false};
-  std::vector<int32_t> seen;
-  const GenerateResult result = generator.generate(
-      greedy(iota_prompt(8), 100),
-      [&](std::span<const int32_t> tokens, std::span<const double>) {
-        seen.insert(seen.end(), tokens.begin(), tokens.end());
-        if (seen.size() == 3) cancel = true;
-      },
-      cancel);
-  CHECK(result.finish == FinishReason::Cancelled);
-  CHECK(seen.size() == 3);
-  CHECK(result.stats.tokens == 3);
+  const Run r = cancelled_after(generator, 3);
+  CHECK(r.result.finish == FinishReason::Cancelled);
+  CHECK(r.tokens.size() == 3);
+  CHECK(r.result.stats.tokens == 3);
 }
 
 TEST_CASE("cancellation from another thread stops a running generation") {
@@ -370,18 +376,10 @@ TEST_CASE("a backend's own greedy loop gives what stepping with forward gives: t
 TEST_CASE("a backend's own greedy loop stops within one token of a cancel; sampling does not use it") {
   LoopingBackend backend(97, 256);
   Generator generator(backend, {});
-  std::atomic<bool> cancel{false};
-  std::vector<int32_t> seen;
-  const GenerateResult result = generator.generate(
-      greedy(iota_prompt(8), 100),
-      [&](std::span<const int32_t> tokens, std::span<const double>) {
-        seen.insert(seen.end(), tokens.begin(), tokens.end());
-        if (seen.size() == 3) cancel = true;
-      },
-      cancel);
+  const Run r = cancelled_after(generator, 3);
   CHECK(backend.loops == 1);
-  CHECK(result.finish == FinishReason::Cancelled);
-  CHECK(seen.size() == 3);
+  CHECK(r.result.finish == FinishReason::Cancelled);
+  CHECK(r.tokens.size() == 3);
   CHECK(backend.kv_len() == 8 + 2);  // the prompt and the inputs of tokens 2 and 3
 
   GenerateRequest sampled = greedy(iota_prompt(8), 5);

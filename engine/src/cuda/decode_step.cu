@@ -526,6 +526,16 @@ __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i)
   return v > best_v || (v == best_v && i < best_i);
 }
 
+// (best_v, best_i) of thread 0 becomes the best over the block's consumer threads.
+__device__ __forceinline__ void block_best(float& best_v, int& best_i, Shared& sh) {
+  sh.best_v[threadIdx.x] = best_v;
+  sh.best_i[threadIdx.x] = best_i;
+  consumers_sync();
+  if (threadIdx.x != 0) return;
+  for (int t = 1; t < kConsumers; ++t)
+    if (better(sh.best_v[t], sh.best_i[t], best_v, best_i)) best_v = sh.best_v[t], best_i = sh.best_i[t];
+}
+
 // 16 warps and one block per multiprocessor: 128 registers a thread (4 warps share each
 // quarter of the register file).
 template <class W>
@@ -609,12 +619,8 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
     if (better(y, r, best_v, best_i)) best_v = y, best_i = r;
   });
   if (stamps) s.clock[stamp++] = clock64();
-  sh.best_v[threadIdx.x] = best_v;
-  sh.best_i[threadIdx.x] = best_i;
-  consumers_sync();
+  block_best(best_v, best_i, sh);
   if (threadIdx.x == 0) {
-    for (int t = 1; t < kConsumers; ++t)
-      if (better(sh.best_v[t], sh.best_i[t], best_v, best_i)) best_v = sh.best_v[t], best_i = sh.best_i[t];
     s.best[2 * blockIdx.x] = best_v;
     s.best[2 * blockIdx.x + 1] = __int_as_float(best_i);
     __threadfence();
@@ -631,12 +637,8 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
     const int i = __float_as_int(__ldcg(s.best + 2 * b + 1));
     if (better(v, i, best_v, best_i)) best_v = v, best_i = i;
   }
-  sh.best_v[threadIdx.x] = best_v;
-  sh.best_i[threadIdx.x] = best_i;
-  consumers_sync();
+  block_best(best_v, best_i, sh);
   if (threadIdx.x == 0) {
-    for (int t = 1; t < kConsumers; ++t)
-      if (better(sh.best_v[t], sh.best_i[t], best_v, best_i)) best_v = sh.best_v[t], best_i = sh.best_i[t];
     const int32_t token = best_i == 0x7fffffff ? 0 : best_i;  // all NaN: token 0 rather than out of range
     finish_step(s.end, &token, 1);
     s.sync[kSyncBarrier] = 0;
