@@ -5,7 +5,14 @@
 # suite (on a GPU machine `auto` picks CUDA, so the protocol and speculation tests run on it).
 # Everything lands in $OUT (default: ./cuda-out); summary.txt is the short version.
 # Usage: bash engine/bench/cuda/run_on_device.sh   (from the repository root)
-# .devdeps/ (when present) is a prefix with nlohmann_json and doctest for a machine without them.
+# .devdeps/ (when present, carried with the call) is a prefix with nlohmann_json and doctest for a
+# GPU machine without them; make it here from Debian's packages (nlohmann-json3-dev, doctest-dev):
+#   mkdir -p .devdeps/include .devdeps/share/cmake .devdeps/lib/cmake && echo /.devdeps/ >> .git/info/exclude
+#   cp -r /usr/include/nlohmann /usr/include/doctest .devdeps/include/
+#   cp -r /usr/share/cmake/nlohmann_json .devdeps/share/cmake/ && cp -r /usr/lib/cmake/doctest .devdeps/lib/cmake/
+#   sed -i 's|set(_IMPORT_PREFIX "/usr")|get_filename_component(_IMPORT_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)|' \
+#     .devdeps/lib/cmake/doctest/doctestTargets.cmake
+# Switches: SHAPES, PER_OP_COMPARE, DEMO, NCU, SKIP_SANITIZER, ALL_TESTS (see below).
 set -u
 OUT=${OUT:-$PWD/cuda-out}
 mkdir -p "$OUT"

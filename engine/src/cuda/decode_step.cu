@@ -34,10 +34,10 @@ constexpr int kConsumers = kConsumerWarps * kWarp;
 constexpr int kStepThreads = kConsumers + kWarp;  // + the producer warp
 constexpr int kStageBytes = 32 * 1024;
 constexpr int kMaxStages = 8;
-constexpr int kRowsPerUnit = 4;  // rows one warp multiplies together
-constexpr int kMaxChunks = 16;       // attention splits per head
-constexpr int kBatch = 8;            // staging: vector loads each thread has in flight at once
-constexpr int kLoadsPerBatch = 4;    // attention: key/value rows in flight per lane group
+constexpr int kRowsPerUnit = 4;    // rows one warp multiplies together
+constexpr int kMaxChunks = 16;     // attention splits per head
+constexpr int kBatch = 8;          // staging: vector loads each thread has in flight at once
+constexpr int kLoadsPerBatch = 4;  // attention: key/value rows in flight per lane group
 constexpr int kPhasesPerLayer = 5;
 constexpr int kSyncBarrier = 0, kSyncArrivals = 1, kSyncWords = 2;  // words of DecodeStep::sync
 // A softmax partial: (max, sum, 2 unused) then head_dim outputs, so the outputs are 16-byte aligned.
