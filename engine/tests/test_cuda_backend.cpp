@@ -16,60 +16,23 @@
 
 #include "cpu/half.h"
 #include "cuda/cuda_backend.h"
+#include "cuda_test_util.h"
 #include "cuda/device_memory.h"
 #include "cuda/kernels.h"
 #include "model/weights.h"
 
 using namespace runahead;
 using namespace runahead::cuda;
+using namespace runahead::testing;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-bool have_device() {
-  if (cuda_available()) return true;
-  MESSAGE("skipped: no CUDA device (cudaGetDeviceCount failed or found none)");
-  return false;
-}
-
 int sms() {
   int n = 0;
   cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0);
   return n;
-}
-
-std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = u(rng);
-  return v;
-}
-
-// bf16 matrix with the f32 values it holds.
-struct Bf16Matrix {
-  std::vector<uint16_t> bits;
-  std::vector<float> values;
-};
-Bf16Matrix random_bf16(size_t n, std::mt19937& rng, float scale = 0.5f) {
-  Bf16Matrix m{std::vector<uint16_t>(n), random_floats(n, rng, scale)};
-  for (size_t i = 0; i < n; ++i) {
-    m.bits[i] = f32_to_bf16(m.values[i]);
-    m.values[i] = bf16_to_f32(m.bits[i]);
-  }
-  return m;
-}
-
-template <class T> DeviceBuffer to_device(const std::vector<T>& v) {
-  DeviceBuffer b(v.size() * sizeof(T));
-  check_cuda(cudaMemcpy(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice), "test upload");
-  return b;
-}
-template <class T> std::vector<T> to_host(const DeviceBuffer& b, size_t n) {
-  check_cuda(cudaDeviceSynchronize(), "test kernel");
-  std::vector<T> v(n);
-  check_cuda(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost), "test download");
-  return v;
 }
 
 // max |a - b| / max(1, max |b|)

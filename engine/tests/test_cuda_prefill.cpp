@@ -15,36 +15,13 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/device_memory.h"
 #include "cuda/kernels.h"
+#include "cuda_test_util.h"
 
 using namespace runahead;
 using namespace runahead::cuda;
+using namespace runahead::testing;
 
 namespace {
-
-bool have_device() {
-  if (cuda_available()) return true;
-  MESSAGE("skipped: no CUDA device (cudaGetDeviceCount failed or found none)");
-  return false;
-}
-
-std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale) {
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = u(rng);
-  return v;
-}
-
-template <class T> DeviceBuffer to_device(const std::vector<T>& v) {
-  DeviceBuffer b(v.size() * sizeof(T));
-  check_cuda(cudaMemcpy(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice), "test upload");
-  return b;
-}
-std::vector<float> to_host(const DeviceBuffer& b, size_t n) {
-  check_cuda(cudaDeviceSynchronize(), "test kernel");
-  std::vector<float> v(n);
-  check_cuda(cudaMemcpy(v.data(), b.get(), n * sizeof(float), cudaMemcpyDeviceToHost), "test download");
-  return v;
-}
 
 // max |got - ref| / `scale`; every value must be finite.
 double max_error(const std::vector<float>& got, const std::vector<double>& ref, double scale) {
@@ -114,7 +91,7 @@ TEST_CASE("cuda ops: attention_prefill on tensor cores matches a double referenc
       att.v_cache = dv.get<float>();
       attention_prefill(att, dq.get<float>(), n, dpos.get<int>(), dout.get<float>(), nullptr);
       const auto ref = attention_ref(q, k, v, n, p0, heads, kv_heads, hd);
-      const double err = max_error(to_host(dout, ref.size()), ref, max_abs(ref));
+      const double err = max_error(to_host<float>(dout, ref.size()), ref, max_abs(ref));
       CAPTURE(err);
       CHECK(err < 2e-2);  // bf16 Q, K, V and probabilities
     }
@@ -131,35 +108,30 @@ TEST_CASE("cuda ops: gemm_bf16 and gemm_bf16_to_bf16 match a double reference") 
     CAPTURE(n);
     CAPTURE(rows);
     CAPTURE(K);
-    auto a = random_floats(size_t(n) * K, rng, 0.5f), w = random_floats(size_t(rows) * K, rng, 0.5f);
-    std::vector<uint16_t> a_bits(a.size()), w_bits(w.size());
-    for (size_t i = 0; i < a.size(); ++i) a_bits[i] = f32_to_bf16(a[i]), a[i] = bf16_to_f32(a_bits[i]);
-    for (size_t i = 0; i < w.size(); ++i) w_bits[i] = f32_to_bf16(w[i]), w[i] = bf16_to_f32(w_bits[i]);
+    const Bf16Matrix a = random_bf16(size_t(n) * K, rng), w = random_bf16(size_t(rows) * K, rng);
     auto c0 = random_floats(size_t(n) * rows, rng, 1.0f);
-    DeviceBuffer da = to_device(a_bits), dw = to_device(w_bits), dc = to_device(c0);
+    DeviceBuffer da = to_device(a.bits), dw = to_device(w.bits), dc = to_device(c0);
     std::vector<double> ref(size_t(n) * rows);
     for (int t = 0; t < n; ++t)
       for (int r = 0; r < rows; ++r) {
         double s = 0;
-        for (int k = 0; k < K; ++k) s += double(a[size_t(t) * K + k]) * w[size_t(r) * K + k];
+        for (int k = 0; k < K; ++k) s += double(a.values[size_t(t) * K + k]) * w.values[size_t(r) * K + k];
         ref[size_t(t) * rows + r] = s;
       }
     const double scale = std::max(1.0, max_abs(ref));
     // bf16 output: one rounding of each sum, at most 2^-8 of it.
     DeviceBuffer db = to_device(std::vector<uint16_t>(ref.size(), 0x7fc0));  // NaN until written
     gemm_bf16_to_bf16(da.get(), dw.get(), n, rows, K, db.get(), nullptr);
-    check_cuda(cudaDeviceSynchronize(), "test kernel");
-    std::vector<uint16_t> bits(ref.size());
-    check_cuda(cudaMemcpy(bits.data(), db.get(), bits.size() * 2, cudaMemcpyDeviceToHost), "test download");
+    const std::vector<uint16_t> bits = to_host<uint16_t>(db, ref.size());
     std::vector<float> rounded(bits.size());
     for (size_t i = 0; i < bits.size(); ++i) rounded[i] = bf16_to_f32(bits[i]);
     CHECK(max_error(rounded, ref, scale) < 4e-3);
 
     gemm_bf16(da.get(), dw.get(), n, rows, K, dc.get<float>(), false, nullptr);
-    CHECK(max_error(to_host(dc, ref.size()), ref, scale) < 1e-5);
+    CHECK(max_error(to_host<float>(dc, ref.size()), ref, scale) < 1e-5);
     for (double& x : ref) x *= 2;
     gemm_bf16(da.get(), dw.get(), n, rows, K, dc.get<float>(), true, nullptr);
-    CHECK(max_error(to_host(dc, ref.size()), ref, 2 * scale) < 1e-5);
+    CHECK(max_error(to_host<float>(dc, ref.size()), ref, 2 * scale) < 1e-5);
   }
 }
 

@@ -1,0 +1,58 @@
+#pragma once
+// What the CUDA op tests share: the skip when no device is usable, random inputs (f32, and
+// bf16 with the f32 values they hold) and copies to and from the device.
+#ifdef RUNAHEAD_CUDA
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cpu/half.h"
+#include "cuda/check.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/device_memory.h"
+
+namespace runahead::testing {
+
+inline bool have_device() {
+  if (cuda_available()) return true;
+  MESSAGE("skipped: no CUDA device (cudaGetDeviceCount failed or found none)");
+  return false;
+}
+
+inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = u(rng);
+  return v;
+}
+
+// bf16 matrix with the f32 values it holds.
+struct Bf16Matrix {
+  std::vector<uint16_t> bits;
+  std::vector<float> values;
+};
+inline Bf16Matrix random_bf16(size_t n, std::mt19937& rng, float scale = 0.5f) {
+  Bf16Matrix m{std::vector<uint16_t>(n), random_floats(n, rng, scale)};
+  for (size_t i = 0; i < n; ++i) {
+    m.bits[i] = f32_to_bf16(m.values[i]);
+    m.values[i] = bf16_to_f32(m.bits[i]);
+  }
+  return m;
+}
+
+template <class T> cuda::DeviceBuffer to_device(const std::vector<T>& v) {
+  cuda::DeviceBuffer b(v.size() * sizeof(T));
+  cuda::check_cuda(cudaMemcpy(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice), "test upload");
+  return b;
+}
+template <class T> std::vector<T> to_host(const cuda::DeviceBuffer& b, size_t n) {
+  cuda::check_cuda(cudaDeviceSynchronize(), "test kernel");
+  std::vector<T> v(n);
+  cuda::check_cuda(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost), "test download");
+  return v;
+}
+
+}  // namespace runahead::testing
+#endif  // RUNAHEAD_CUDA
