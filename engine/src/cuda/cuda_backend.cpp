@@ -673,30 +673,17 @@ class CudaBackendImpl final : public CudaBackend {
   // One step of n <= kMaxVecTokens tokens (tokens_d_) through the matrix-vector path,
   // ending as `mode` says; n_out rows of logits (0: none, only the position moves).
   void enqueue_vec_step(StepMode mode, int n, int n_out) {
-    if (n == 1 && n_out == 1 && persistent_step()) {
-      StepEnd end;
-      end.pos = pos_d_.get<int>();
-      end.advance = 1;
-      if (mode == StepMode::Greedy) {
-        end.next = tokens_d_.get<int32_t>();
-        end.host = host_tokens_.device<int32_t>();
+    // A single token with its logits can run as one persistent kernel: layers and head.
+    const bool one_kernel = n == 1 && n_out == 1 && persistent_step();
+    if (!one_kernel) {
+      enqueue_embedding(n);
+      for (int l = 0; l < c_.num_layers; ++l) {
+        enqueue_qkv(l, n);
+        enqueue_attention(l, n);
+        enqueue_o_proj(l, n);
+        enqueue_gate_up(l, n);
+        enqueue_down(l, n);
       }
-      if (mode == StepMode::Sample) {
-        enqueue_persistent_step(StepEnd{});
-        sample_token(logits_d_.get<float>(), c_.vocab_size, sampling_d_.get<SamplingState>(),
-                     StepEnd{end.pos, 1, nullptr, tokens_d_.get<int32_t>(), host_tokens_.device<int32_t>()}, stream_);
-      } else {
-        enqueue_persistent_step(end);
-      }
-      return;
-    }
-    enqueue_embedding(n);
-    for (int l = 0; l < c_.num_layers; ++l) {
-      enqueue_qkv(l, n);
-      enqueue_attention(l, n);
-      enqueue_o_proj(l, n);
-      enqueue_gate_up(l, n);
-      enqueue_down(l, n);
     }
     int* pos = pos_d_.get<int>();
     if (n_out == 0) {
@@ -710,13 +697,18 @@ class CudaBackendImpl final : public CudaBackend {
       end.next = tokens_d_.get<int32_t>();
       end.host = host_tokens_.device<int32_t>();
     }
+    const auto head = [&](const StepEnd& e) {
+      if (one_kernel) enqueue_persistent_step(e);
+      else enqueue_head(n - n_out, n_out, e);
+    };
     if (mode == StepMode::Sample) {
-      enqueue_head(n - n_out, n_out, StepEnd{});
+      head(StepEnd{});
       sample_token(logits_d_.get<float>(), c_.vocab_size, sampling_d_.get<SamplingState>(), end, stream_);
     } else {
-      enqueue_head(n - n_out, n_out, end);
+      head(end);
     }
   }
+
 
   // The layers of n tokens (tokens_d_) on tensor cores; x_ ends with their hidden states.
   // `ops` selects op kinds (all by default; the benchmark times them one kind at a time).

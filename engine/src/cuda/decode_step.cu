@@ -201,10 +201,10 @@ __device__ void produce(const DecodeStep& s, int stages, unsigned char* ring, Sh
   }
 }
 
-// sum[r] = x . row r of a tile (R rows of n 16-byte chunks), summed over the warp: every
-// input value read from shared memory serves R weights.
+// sum[r] = x . row r of a tile (R rows of n_chunks 16-byte chunks each), summed over the warp:
+// every input value read from shared memory serves R weights.
 template <class W, int R>
-__device__ __forceinline__ void dot_rows(const W* rows, int n_chunks, int row_chunks, const float* x, float (&sum)[R]) {
+__device__ __forceinline__ void dot_rows(const W* rows, int n_chunks, const float* x, float (&sum)[R]) {
   constexpr int E = Chunk<W>::kElems;
   const uint4* w = reinterpret_cast<const uint4*>(rows);
 #pragma unroll
@@ -220,7 +220,7 @@ __device__ __forceinline__ void dot_rows(const W* rows, int n_chunks, int row_ch
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       float wf[E];
-      Chunk<W>::unpack(w[r * row_chunks + c], wf);
+      Chunk<W>::unpack(w[r * n_chunks + c], wf);
 #pragma unroll
       for (int e = 0; e < E; ++e) sum[r] = fmaf(wf[e], xf[e], sum[r]);
     }
@@ -265,7 +265,7 @@ __device__ void consume(const Matrix& mat, const float* in, int& tile, int stage
     int r = 0;
     for (; r + R <= t.rows; r += R) {
       float sum[R];
-      dot_rows<W, R>(tw + size_t(r) * t.kn, chunks, chunks, x, sum);
+      dot_rows<W, R>(tw + size_t(r) * t.kn, chunks, x, sum);
       float y = sum[0];
 #pragma unroll
       for (int k = 1; k < R; ++k) y = lane == k ? sum[k] : y;
@@ -273,7 +273,7 @@ __device__ void consume(const Matrix& mat, const float* in, int& tile, int stage
     }
     for (; r < t.rows; ++r) {
       float sum[1];
-      dot_rows<W, 1>(tw + size_t(r) * t.kn, chunks, chunks, x, sum);
+      dot_rows<W, 1>(tw + size_t(r) * t.kn, chunks, x, sum);
       if (lane == 0) finish(t.row + r, sum[0]);
     }
     __syncwarp();
@@ -370,7 +370,7 @@ __device__ __forceinline__ int attention_chunks(const DecodeStep& s, int len) {
 // Attention of the token at position `pos` for every head, as one softmax partial per
 // (head, chunk) in s.partial; `scratch` holds
 // kConsumerWarps * softmax_stride(head_dim) floats.
-__device__ void attention(const DecodeStep& s, const DecodeLayer& layer, int pos, float* scratch, Shared& sh) {
+__device__ void attention(const DecodeStep& s, const DecodeLayer& layer, int pos, float* scratch) {
   const int hd = s.head_dim, qd = s.heads * hd, kvd = s.kv_heads * hd, group = s.heads / s.kv_heads;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int lanes_per_row = hd / 4, rows_per_load = kWarp / lanes_per_row;
@@ -573,21 +573,21 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
   const W* embed_row = static_cast<const W*>(s.embed) + size_t(*s.token) * H;
   int tile = 0;
   const Share hidden_rows(H);  // this block's rows of o_proj and down, whose epilogues add to x
+  const auto x_at = [&](int i) { return __ldcg(reinterpret_cast<const float4*>(s.x) + i); };
+  const auto embedding_at = [&](int i) {  // the token's embedding, which block 0 also writes to x
+    const float4 v = make_float4(to_float(embed_row[4 * i]), to_float(embed_row[4 * i + 1]),
+                                 to_float(embed_row[4 * i + 2]), to_float(embed_row[4 * i + 3]));
+    if (blockIdx.x == 0) reinterpret_cast<float4*>(s.x)[i] = v;
+    return v;
+  };
   for (int l = 0; l < s.layers; ++l) {
     const DecodeLayer& layer = s.layer[l];
-    const auto x_at = [&](int i) { return __ldcg(reinterpret_cast<const float4*>(s.x) + i); };
-    const auto embedding_at = [&](int i) {  // the token's embedding, which block 0 also writes to x
-      const float4 v = make_float4(to_float(embed_row[4 * i]), to_float(embed_row[4 * i + 1]),
-                                   to_float(embed_row[4 * i + 2]), to_float(embed_row[4 * i + 3]));
-      if (blockIdx.x == 0) reinterpret_cast<float4*>(s.x)[i] = v;
-      return v;
-    };
     float inv = l == 0 ? stage_normed(embedding_at, H, s.eps, layer.attn_norm, in, sh)
                        : stage_normed(x_at, H, s.eps, layer.attn_norm, in, sh);
     consume<W>(matrix_of(s, 4 * l), in, tile, stages, ring, sh, [&](int r, float y) { s.qkv[r] = y * inv; });
     sync_grid();
 
-    attention(s, layer, pos, in, sh);
+    attention(s, layer, pos, in);
     sync_grid();
 
     read_residual(s.x, hidden_rows, sh);
@@ -609,8 +609,7 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
   }
 
   // lm_head and the argmax: each thread keeps the best of the rows it finished.
-  const float inv = stage_normed([&](int i) { return __ldcg(reinterpret_cast<const float4*>(s.x) + i); }, H, s.eps,
-                                 s.final_norm, in, sh);
+  const float inv = stage_normed(x_at, H, s.eps, s.final_norm, in, sh);
   float best_v = -INFINITY;
   int best_i = 0x7fffffff;
   consume<W>(matrix_of(s, 4 * s.layers), in, tile, stages, ring, sh, [&](int r, float y) {
