@@ -126,26 +126,29 @@ GenerateResult Generator::generate(const GenerateRequest& request, const TokenSi
       int produced_by_steps = 0;
       std::vector<int32_t> out;
       std::vector<double> ms;
-      for (;;) {
-        const auto step_end = Clock::now();
-        const double now_ms = ms_between(start, step_end);
-        if (stats.steps == 0) stats.ttft_ms = now_ms;
+      // Judges the tokens a step produced, hands those of the output to the sink (the step's
+      // time split between them) and says whether another step may start.
+      const auto take = [&](std::span<const int32_t> tokens, double step_ms, double now_ms) {
         out.clear();
-        for (int32_t token : candidates) {
+        for (int32_t token : tokens) {
           const auto verdict = stop.judge(token, stats.tokens + static_cast<int>(out.size()), now_ms);
           if (verdict.emit) out.push_back(token);
           result.finish = verdict.finish;
           if (result.finish != FinishReason::None) break;
         }
         if (!out.empty()) {
-          ms.assign(out.size(), ms_between(step_start, step_end) / static_cast<double>(out.size()));
+          ms.assign(out.size(), step_ms / static_cast<double>(out.size()));
           stats.tokens += static_cast<int>(out.size());
           sink(out, ms);
         }
-        if (result.finish != FinishReason::None) break;
-
-        result.finish = stop.before_step(cancel.load(), elapsed());
-        if (result.finish != FinishReason::None) break;
+        if (result.finish == FinishReason::None) result.finish = stop.before_step(cancel.load(), elapsed());
+        return result.finish == FinishReason::None;
+      };
+      for (;;) {
+        const auto step_end = Clock::now();
+        const double now_ms = ms_between(start, step_end);
+        if (stats.steps == 0) stats.ttft_ms = now_ms;
+        if (!take(candidates, ms_between(step_start, step_end), now_ms)) break;
         if (backend_.kv_len() + 1 > backend_.context_length()) {
           result.finish = FinishReason::Context;
           break;
@@ -164,14 +167,7 @@ GenerateResult Generator::generate(const GenerateRequest& request, const TokenSi
             ++produced_by_steps;
             cached_.push_back(input);
             input = token;
-            const auto verdict = stop.judge(token, stats.tokens, ms_between(start, now));
-            if (verdict.emit) {
-              ++stats.tokens;
-              sink(std::span(&token, 1), std::span(&step_ms, 1));
-            }
-            result.finish = verdict.finish;
-            if (result.finish == FinishReason::None) result.finish = stop.before_step(cancel.load(), elapsed());
-            return result.finish == FinishReason::None;
+            return take(std::span(&token, 1), step_ms, ms_between(start, now));
           });
           if (produced >= 0) {
             if (result.finish == FinishReason::None) result.finish = FinishReason::Context;  // the cache is full
