@@ -1,6 +1,6 @@
 #pragma once
-// What the CUDA op tests share: the skip when no device is usable, random inputs (f32, and
-// bf16 with the f32 values they hold) and copies to and from the device.
+// What the CUDA tests share: the skip when no device is usable, random inputs (f32, bf16 with
+// the f32 values they hold, token ids) and copies to and from the device.
 #ifdef RUNAHEAD_CUDA
 #include <doctest/doctest.h>
 
@@ -26,6 +26,13 @@ inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale
   std::vector<float> v(n);
   for (float& f : v) f = u(rng);
   return v;
+}
+
+inline std::vector<int32_t> random_tokens(size_t n, int vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
+  std::vector<int32_t> t(n);
+  for (int32_t& x : t) x = id(rng);
+  return t;
 }
 
 // bf16 matrix with the f32 values it holds.

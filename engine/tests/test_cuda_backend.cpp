@@ -388,9 +388,7 @@ TEST_CASE("cuda backend: the tensor-core prefill path stays close to the CPU bac
   auto cpu = make_cpu_backend(weights, BackendOptions{});
   const int V = weights->config.vocab_size;
   std::mt19937 rng(11);
-  std::uniform_int_distribution<int32_t> tok(0, V - 1);
-  std::vector<int32_t> prompt(300);
-  for (int32_t& t : prompt) t = tok(rng);
+  const std::vector<int32_t> prompt = random_tokens(300, V, rng);
   std::vector<float> a, b;
   cpu->forward(prompt, 8, a);
   cuda->forward(prompt, 8, b);

@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "cuda/cuda_backend.h"
+#include "cuda_test_util.h"
 #include "model/weights.h"
 
 using namespace runahead;
+using runahead::testing::random_tokens;
 
 namespace {
 
@@ -53,9 +55,7 @@ TEST_CASE("cuda backend: the persistent decode step equals the per-op kernels") 
 
     const int V = weights->config.vocab_size;
     std::mt19937 rng(3);
-    std::uniform_int_distribution<int32_t> token(0, V - 1);
-    std::vector<int32_t> prompt(600);
-    for (int32_t& t : prompt) t = token(rng);
+    const std::vector<int32_t> prompt = random_tokens(600, V, rng);
     std::vector<float> a, b;
     persistent->forward(prompt, 1, a);
     per_op->forward(prompt, 1, b);
