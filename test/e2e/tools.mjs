@@ -4,7 +4,7 @@
 // (code-server requires it; its headers build code-server's native modules),
 // code-server itself and playwright-core. A second call only checks markers.
 import { spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
@@ -91,6 +91,54 @@ function findNodeDist(dir) {
   throw new Error(`no Node ${NODE_MAJOR} binary with headers under ${dir}/node_modules (the npm package node@${NODE_MAJOR} did not install its platform package)`);
 }
 
+function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Runs fn holding cacheDir/.install-lock, so that two test runs at once (an `npm test` and
+ * a mocha run of one file) never install into the same folders together; a lock left by a
+ * process that is gone is taken over.
+ */
+function withInstallLock(fn) {
+  const lock = join(cacheDir, '.install-lock');
+  const nap = new Int32Array(new SharedArrayBuffer(4));
+  let said = false;
+  for (;;) {
+    try {
+      mkdirSync(lock);
+      writeFileSync(join(lock, 'pid'), `${process.pid}\n`);
+      break;
+    } catch (e) {
+      if (e.code !== 'EEXIST') throw e;
+      let owner = NaN;
+      try {
+        owner = Number(readFileSync(join(lock, 'pid'), 'utf8'));
+      } catch {
+        // Just made (its pid not yet written), or just removed.
+      }
+      const orphan = Number.isInteger(owner) && owner > 0 ? !alive(owner) : Date.now() - (statSync(lock, { throwIfNoEntry: false })?.mtimeMs ?? Date.now()) > 10_000;
+      if (orphan) {
+        rmSync(lock, { recursive: true, force: true });
+        continue;
+      }
+      if (!said) log(`waiting for another run (pid ${owner}) to finish installing into ${cacheDir}`);
+      said = true;
+      Atomics.wait(nap, 0, 0, 2000);
+    }
+  }
+  try {
+    return fn();
+  } finally {
+    rmSync(lock, { recursive: true, force: true });
+  }
+}
+
 /**
  * Installs what is missing and returns the paths:
  * { node, nodeBin, codeServer (entry.js), chromium, playwright (the playwright-core module) };
@@ -98,6 +146,10 @@ function findNodeDist(dir) {
  */
 export function ensureTools({ browser = true } = {}) {
   mkdirSync(cacheDir, { recursive: true });
+  return withInstallLock(() => installTools({ browser }));
+}
+
+function installTools({ browser }) {
   const codeServerDir = join(cacheDir, 'code-server');
   const codeServerReady = existsSync(join(codeServerDir, `.installed-code-server@${CODE_SERVER_VERSION}`));
   ensureDebianPackages({ browser, needBuildDeps: !codeServerReady });
