@@ -4,21 +4,86 @@
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { LanguageClient, TransportKind, type LanguageClientOptions, type ServerOptions } from 'vscode-languageclient/node';
-import { metricsLine, type CompletionMetrics, type ServerStatus } from './format';
+import { engineLine, metricsLine, type CompletionMetrics, type ServerStatus } from './format';
 import { StatusBar } from './statusBar';
 
 let client: LanguageClient | undefined;
 
+/** What runs (the engine) and what is loaded (models): only the user's own settings choose them, never a workspace's. */
+const userOnlyKeys = ['enginePath', 'modelPath', 'draftModelPath'];
+const keys = ['enabled', ...userOnlyKeys, 'backend', 'speculation', 'maxDraftTokens', 'maxTokens', 'deadlineMs', 'debounceMs', 'contextBudget', 'disabledLanguages'];
+
+/**
+ * The user's (global) value of a setting, else its default. A workspace or folder value is
+ * never read, so that even a VS Code that ignores `machine` scope cannot be steered by a
+ * cloned repository's .vscode/settings.json.
+ */
+function userValue(c: vscode.WorkspaceConfiguration, key: string): unknown {
+  const i = c.inspect(key);
+  return i?.globalValue ?? i?.defaultValue;
+}
+
 function settings(): Record<string, unknown> {
   const c = vscode.workspace.getConfiguration('runahead');
-  const keys = ['enabled', 'modelPath', 'draftModelPath', 'enginePath', 'backend', 'speculation', 'maxDraftTokens', 'maxTokens', 'deadlineMs', 'debounceMs', 'contextBudget', 'disabledLanguages'];
-  return Object.fromEntries(keys.map((k) => [k, c.get(k)]));
+  return Object.fromEntries(keys.map((k) => [k, userOnlyKeys.includes(k) ? userValue(c, k) : c.get(k)]));
+}
+
+/** A user-only setting that a workspace tries to set: its key, the value as JSON text, and where. */
+interface IgnoredSetting {
+  key: string;
+  value: string;
+  where: string;
+}
+
+/**
+ * The user-only settings a workspace tries to set. A current VS Code drops `machine` settings
+ * from workspace settings before an extension sees them, so the settings files of the folders
+ * and the workspace are read; VS Code's own view shows them where it ignores that scope.
+ */
+async function ignoredWorkspaceSettings(): Promise<IgnoredSetting[]> {
+  const found: IgnoredSetting[] = [];
+  const folders = vscode.workspace.workspaceFolders ?? [];
+  const files = [...folders.map((f) => vscode.Uri.joinPath(f.uri, '.vscode', 'settings.json')), ...(vscode.workspace.workspaceFile ? [vscode.workspace.workspaceFile] : [])];
+  for (const file of files) {
+    let text: string;
+    try {
+      text = new TextDecoder().decode(await vscode.workspace.fs.readFile(file));
+    } catch {
+      continue;
+    }
+    for (const key of userOnlyKeys) {
+      const m = new RegExp(`"runahead\\.${key}"\\s*:\\s*("(?:[^"\\\\]|\\\\.)*")`).exec(text);
+      if (m) found.push({ key, value: m[1], where: file.scheme === 'file' ? file.fsPath : file.toString() });
+    }
+  }
+  for (const key of userOnlyKeys) {
+    const i = vscode.workspace.getConfiguration('runahead').inspect(key);
+    if (i?.workspaceValue !== undefined) found.push({ key, value: JSON.stringify(i.workspaceValue), where: 'the workspace settings' });
+    for (const f of folders) {
+      const v = vscode.workspace.getConfiguration('runahead', f.uri).inspect(key)?.workspaceFolderValue;
+      if (v !== undefined) found.push({ key, value: JSON.stringify(v), where: `the settings of folder ${f.name}` });
+    }
+  }
+  return found;
 }
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const log = vscode.window.createOutputChannel('Runahead', { log: true });
   const statusBar = new StatusBar();
   context.subscriptions.push(log, statusBar);
+  log.info(`workspace ${vscode.workspace.isTrusted ? 'trusted' : 'not trusted (Restricted Mode)'}; runahead.${userOnlyKeys.join(', runahead.')} come from user settings only`);
+
+  // Once per setting and value, however many places or changes show it.
+  const warned = new Set<string>();
+  const warnIgnoredPathSettings = async () => {
+    for (const s of await ignoredWorkspaceSettings()) {
+      if (warned.has(`${s.key}=${s.value}`)) continue;
+      warned.add(`${s.key}=${s.value}`);
+      log.warn(`${s.where} sets runahead.${s.key} to ${s.value}: ignored, only your user settings choose the engine and models`);
+    }
+  };
+  void warnIgnoredPathSettings();
+  let running: string | undefined;
 
   const serverModule = context.asAbsolutePath(path.join('dist', 'server.js'));
   const serverOptions: ServerOptions = {
@@ -35,6 +100,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   context.subscriptions.push(
     client.onNotification('runahead/status', (s: ServerStatus) => {
       statusBar.setStatus(s);
+      const line = engineLine(s);
+      if (line && line !== running) log.info(line);
+      running = line ?? running;
       if (s.state === 'error') log.error(`status: ${s.message}`);
       else if (s.state === 'restarting' || s.state === 'degraded') log.warn(`status ${s.state}: ${s.message}`);
     }),
@@ -43,7 +111,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       log.info(metricsLine(m));
     }),
     vscode.workspace.onDidChangeConfiguration((e) => {
-      if (e.affectsConfiguration('runahead')) void client?.sendNotification('workspace/didChangeConfiguration', { settings: { runahead: settings() } });
+      if (!e.affectsConfiguration('runahead')) return;
+      void client?.sendNotification('workspace/didChangeConfiguration', { settings: { runahead: settings() } });
+      void warnIgnoredPathSettings();
     }),
     vscode.commands.registerCommand('runahead.showMenu', showMenu),
     vscode.commands.registerCommand('runahead.toggle', toggle),

@@ -1,25 +1,14 @@
 // What the status bar and the log say, as plain functions of the server's
 // runahead/status and runahead/metrics notifications (no VS Code API here, so
-// the unit tests can check them). The metrics type is the server's own, so the
-// wire format is defined once.
+// the unit tests can check them). The metrics and status types are the
+// server's own, so the wire format is defined once.
+import type { EngineStatus } from '../../server/src/engine/supervisor';
 import type { CompletionMetrics } from '../../server/src/metrics';
 
 export type { CompletionMetrics };
 
-export interface ServerStatus {
-  state: 'stopped' | 'starting' | 'loading' | 'ready' | 'degraded' | 'restarting' | 'error';
-  message: string;
-  enabled: boolean;
-  progress?: { stage: string; done: number; total: number };
-  engine?: string;
-  model?: string;
-  backend?: string;
-  optimizations?: Record<string, unknown>;
-  warnings: string[];
-  restarts: number;
-  lastRestart?: { reason: string; at: string };
-  fimOrder?: string;
-}
+/** runahead/status: the engine supervisor's status and what the server adds to it. */
+export type ServerStatus = EngineStatus & { enabled: boolean; fimOrder?: string };
 
 export const num = (x: number | undefined, digits = 1) => (x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
 
@@ -69,4 +58,15 @@ export function statusText(s: ServerStatus | undefined, last: CompletionMetrics 
     default:
       return { text: '$(error) Runahead', level: 'error' };
   }
+}
+
+/** `engine /path/runahead-engine (runahead-engine 0.1.0) · model /path/model`: what runs, for the log; undefined until the server knows. */
+export function engineLine(s: ServerStatus): string | undefined {
+  if (!s.enginePath && !s.model) return undefined;
+  return `engine ${s.enginePath ?? '–'}${s.engine ? ` (${s.engine})` : ''} · model ${s.model ?? '–'}`;
+}
+
+/** A path as a Markdown table cell: code-formatted, so `_` or `*` in it stay literal. */
+export function pathCell(p: string | undefined): string {
+  return p ? `\`${p.replace(/`/g, "'").replace(/\|/g, '\\|')}\`` : '–';
 }

@@ -1,7 +1,7 @@
 // The status bar item: the engine's state, and after each completion its
 // ms/token and accepted tokens per step; the tooltip holds the breakdown.
 import * as vscode from 'vscode';
-import { measuresSpeed, num, optimizationsText, statusText, type CompletionMetrics, type ServerStatus } from './format';
+import { measuresSpeed, num, optimizationsText, pathCell, statusText, type CompletionMetrics, type ServerStatus } from './format';
 
 export class StatusBar implements vscode.Disposable {
   private readonly item = vscode.window.createStatusBarItem('runahead.status', vscode.StatusBarAlignment.Right, 100);
@@ -45,7 +45,7 @@ export class StatusBar implements vscode.Disposable {
     if (s?.message) md.appendText(`${s.message}\n\n`);
     if (s) {
       md.appendMarkdown(`| | |\n|---|---|\n`);
-      md.appendMarkdown(`| Model | ${s.model ?? '–'} |\n| Backend | ${s.backend ?? '–'} |\n| Engine | ${s.engine ?? '–'} |\n`);
+      md.appendMarkdown(`| Model | ${pathCell(s.model)} |\n| Backend | ${s.backend ?? '–'} |\n| Engine | ${s.engine ?? '–'} |\n| Engine binary | ${pathCell(s.enginePath)} |\n`);
       const restart = s.lastRestart ? ` (last: ${s.lastRestart.reason} at ${new Date(s.lastRestart.at).toLocaleTimeString()})` : '';
       md.appendMarkdown(`| Optimisations | ${optimizationsText(s.optimizations)} |\n| FIM order | ${s.fimOrder ?? '–'} |\n| Restarts | ${s.restarts}${restart} |\n\n`);
       for (const w of s.warnings) md.appendMarkdown(`$(warning) ${w}\n\n`);
