@@ -14,11 +14,9 @@ import {
 } from 'vscode-languageserver/node';
 import { TextDocument } from 'vscode-languageserver-textdocument';
 import { EngineSupervisor, type EngineStatus } from './engine/supervisor';
-import { locateModel } from './engine/locate';
-import { loadModelInfo } from './model/modelInfo';
-import { FimBuilder } from './completion/fim';
+import { ModelState } from './model/modelState';
 import { RecentChunks } from './completion/contextChunks';
-import { CompletionPipeline, type ModelContext } from './completion/pipeline';
+import { CompletionPipeline } from './completion/pipeline';
 import { METRICS_NOTIFICATION, STATUS_NOTIFICATION } from './metrics';
 import { readSettings, type Settings } from './settings';
 
@@ -27,7 +25,6 @@ const documents = new TextDocuments(TextDocument);
 
 let settings: Settings = readSettings({});
 let folders: WorkspaceFolder[] = [];
-let model: { path: string; context?: ModelContext; problem?: string } | undefined;
 
 const log = (level: 'info' | 'warn' | 'error', line: string) => {
   if (level === 'error') connection.console.error(line);
@@ -36,34 +33,35 @@ const log = (level: 'info' | 'warn' | 'error', line: string) => {
 };
 
 const supervisor = new EngineSupervisor(log);
+const model = new ModelState(log);
 const recent = new RecentChunks();
 const cursorLine = new Map<string, number>();
 
-function modelContext(): ModelContext | undefined {
-  return model?.context;
-}
+const sendStatus = () => void connection.sendNotification(STATUS_NOTIFICATION, status());
 
-/** Reads the model folder's tokenizer and FIM tokens when the model path changes. */
-function loadModel(): void {
-  const located = locateModel(settings.modelPath);
-  if (model?.path === located.path) return;
-  model = { path: located.path, problem: located.problem };
-  if (located.problem) return;
-  try {
-    const info = loadModelInfo(located.path);
-    model.context = { info, fim: new FimBuilder(info.tokenizer, info.special, info.fimOrder, info.repoLevel) };
-    log('info', `tokenizer of ${located.path}: FIM order ${info.fimOrder}, repo-level context ${info.repoLevel ? 'yes' : 'no'}, stop tokens [${info.stopTokens.join(', ')}]`);
-  } catch (err) {
-    model.problem = err instanceof Error ? err.message : String(err);
-    log('error', model.problem);
-  }
+/** The model folder changed, or broke under the engine: read it again and reload the engine. */
+function reloadModel(reason: string): void {
+  log('info', `reloading the model: ${reason}`);
+  pipeline.cancelAll();
+  void model.load(settings.modelPath, true);
+  void supervisor.restart(reason);
 }
+model.on('changed', sendStatus);
+model.on('folderChanged', (what: string) => reloadModel(what));
+// The supervisor restarts the engine itself; the server's copy of the model (tokenizer) is read again.
+supervisor.on('modelError', (message: string) => {
+  log('info', `reading the model again: the engine reported ${message}`);
+  void model.load(settings.modelPath, true);
+});
 
-/** The status the client shows: the engine's, unless the model's tokenizer is unusable. */
+/** The status the client shows: the engine's, unless the server's read of the model folder is still running or failed. */
 function status(): EngineStatus & { enabled: boolean; fimOrder?: string } {
   const s = supervisor.status;
-  const base = { ...s, enabled: settings.enabled, fimOrder: model?.context?.info.fimOrder };
-  return model?.problem && s.state !== 'error' ? { ...base, state: 'error', message: model.problem } : base;
+  const base = { ...s, enabled: settings.enabled, fimOrder: model.context?.info.fimOrder };
+  if (s.state === 'error') return base;
+  if (model.problem) return { ...base, state: 'error', message: model.problem };
+  if (model.loading) return { ...base, state: 'loading', message: `reading ${model.path}` };
+  return base;
 }
 
 function describe(uri: string): { path: string; repoName?: string } {
@@ -76,7 +74,7 @@ function describe(uri: string): { path: string; repoName?: string } {
 const pipeline = new CompletionPipeline({
   document: (uri) => documents.get(uri),
   supervisor,
-  model: modelContext,
+  model: () => model.context,
   settings: () => settings,
   recent,
   describe,
@@ -87,9 +85,9 @@ const pipeline = new CompletionPipeline({
 function applySettings(raw: unknown): void {
   const r = raw as { runahead?: unknown } | undefined;
   settings = readSettings(r && typeof r === 'object' && 'runahead' in r ? r.runahead : raw, settings);
-  loadModel();
+  void model.load(settings.modelPath);
   supervisor.configure(settings);
-  void connection.sendNotification(STATUS_NOTIFICATION, status());
+  sendStatus();
 }
 
 connection.onInitialize((params: InitializeParams): InitializeResult => {
@@ -105,17 +103,16 @@ connection.onInitialize((params: InitializeParams): InitializeResult => {
 });
 
 connection.onInitialized(() => {
-  supervisor.on('status', () => void connection.sendNotification(STATUS_NOTIFICATION, status()));
-  loadModel();
+  supervisor.on('status', sendStatus);
+  void model.load(settings.modelPath);
   supervisor.configure(settings);
 });
 
 connection.onDidChangeConfiguration((params) => applySettings(params.settings));
 connection.onRequest('runahead/restartEngine', async () => {
   pipeline.cancelAll();
-  model = undefined; // read the model folder again too: it may have been fixed or replaced
-  loadModel();
-  await supervisor.restart();
+  // Read the model folder again too: it may have been fixed or replaced.
+  await Promise.all([model.load(settings.modelPath, true), supervisor.restart()]);
   return status();
 });
 connection.onRequest('runahead/status', () => status());
@@ -153,7 +150,10 @@ documents.onDidClose((e) => {
   cursorLine.delete(e.document.uri);
 });
 
-connection.onShutdown(() => supervisor.stop());
+connection.onShutdown(() => {
+  model.stop();
+  return supervisor.stop();
+});
 // The engine never outlives the server, however the server ends.
 process.on('exit', () => supervisor.killNow());
 for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {

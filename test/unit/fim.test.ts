@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { FimBuilder, alignFor } from '../../server/src/completion/fim';
-import { loadModelInfo } from '../../server/src/model/modelInfo';
+import { loadModelInfo, type ModelInfo } from '../../server/src/model/modelInfo';
 import { fixtureModel } from './helpers';
 
 function commonPrefix(a: number[], b: number[]): number {
@@ -10,9 +10,13 @@ function commonPrefix(a: number[], b: number[]): number {
 }
 
 describe('FIM prompt', () => {
-  const info = loadModelInfo(fixtureModel);
-  const tok = info.tokenizer;
-  const sp = info.special;
+  let info: ModelInfo;
+  let tok: ModelInfo['tokenizer'];
+  let sp: ModelInfo['special'];
+  before(async () => {
+    info = await loadModelInfo(fixtureModel);
+    ({ tokenizer: tok, special: sp } = info);
+  });
   const code = Array.from({ length: 400 }, (_, i) => `    value_${i} = compute(${i}, "item ${i}")`).join('\n');
   const cut = code.indexOf('value_200');
   const prefix = code.slice(0, cut);

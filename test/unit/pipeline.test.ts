@@ -20,7 +20,7 @@ describe('completion pipeline (server + fake engine)', function () {
   const engineRuns = () => client.metrics.filter((m) => m.source === 'engine').length;
 
   beforeEach(async () => {
-    const ids = TextTokenizer.fromFolder(fixtureModel).encode(' foo(x)\n').join(',');
+    const ids = (await TextTokenizer.load(fixtureModel)).encode(' foo(x)\n').join(',');
     client = new TestClient(
       { modelPath: fixtureModel, enginePath: fakeEngine, debounceMs: 0, disabledLanguages: ['markdown'] },
       { ...process.env, FAKE_TOKENS: ids, FAKE_TOKEN_MS: '1' },

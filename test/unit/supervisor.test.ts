@@ -5,7 +5,7 @@ import { strict as assert } from 'node:assert';
 import { EngineSupervisor, type EngineState, type SupervisorTiming } from '../../server/src/engine/supervisor';
 import { settingsWith, until } from './helpers';
 
-const fast: SupervisorTiming = { helloTimeoutMs: 2000, pingIntervalMs: 100, pingTimeoutMs: 300, backoffMs: [20, 40], maxFailures: 3 };
+const fast: SupervisorTiming = { helloTimeoutMs: 2000, pingIntervalMs: 100, pingTimeoutMs: 300, pingOverdueMs: 150, backoffMs: [20, 40, 80], healthyMs: 10_000 };
 
 describe('engine supervisor', function () {
   this.timeout(15000);

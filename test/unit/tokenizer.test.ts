@@ -4,7 +4,10 @@ import { loadModelInfo, readFimOrder, readRepoLevel } from '../../server/src/mod
 import { fixtureModel } from './helpers';
 
 describe('tokenizer', () => {
-  const tok = TextTokenizer.fromFolder(fixtureModel);
+  let tok: TextTokenizer;
+  before(async () => {
+    tok = await TextTokenizer.load(fixtureModel);
+  });
 
   it('round-trips code with multi-byte characters', () => {
     const text = 'def grüße(n):\n    return "日本語 ✓ 🚀" * n\n';
@@ -34,8 +37,8 @@ describe('tokenizer', () => {
     assert.equal(out + d.flush(), text);
   });
 
-  it('finds the FIM and repo-level special tokens of the model', () => {
-    const info = loadModelInfo(fixtureModel);
+  it('finds the FIM and repo-level special tokens of the model', async () => {
+    const info = await loadModelInfo(fixtureModel);
     for (const t of ['<|fim_prefix|>', '<|fim_suffix|>', '<|fim_middle|>', '<|file_sep|>', '<|repo_name|>']) {
       assert.notEqual(tok.tokenId(t), undefined, t);
     }
@@ -45,8 +48,8 @@ describe('tokenizer', () => {
     assert.equal(info.fimOrder, 'psm');
   });
 
-  it('uses repo-level context for models with the tokens, unless trained here without it', () => {
-    const special = loadModelInfo(fixtureModel).special;
+  it('uses repo-level context for models with the tokens, unless trained here without it', async () => {
+    const special = (await loadModelInfo(fixtureModel)).special;
     assert.equal(readRepoLevel({}, special), true);
     assert.equal(readRepoLevel({ runahead: { fim_order: 'spm' } }, special), false);
     assert.equal(readRepoLevel({ runahead: { repo_level: true } }, special), true);

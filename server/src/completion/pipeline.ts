@@ -6,13 +6,12 @@
 import type { InlineCompletionItem, InlineCompletionList, InlineCompletionParams, Range } from 'vscode-languageserver';
 import type { TextDocument } from 'vscode-languageserver-textdocument';
 import type { EngineSupervisor } from '../engine/supervisor';
-import type { ModelInfo } from '../model/modelInfo';
+import type { ModelContext } from '../model/modelState';
 import type { Settings } from '../settings';
 import { engineMetrics, type CompletionMetrics } from '../metrics';
 import { CompletionCache } from './cache';
 import type { RecentChunks } from './contextChunks';
 import { AdaptiveDebounce, type Cancellable } from './debounce';
-import type { FimBuilder } from './fim';
 import { postprocess, type FilterContext } from './postprocess';
 import { linesInBlock } from './postprocess/limitScopeByIndentation';
 import { removeRepeatedLines } from './postprocess/removeRepeatedLines';
@@ -22,11 +21,6 @@ import { Prefetcher } from './prefetch';
 import { runRequest, type RequestResult } from './request';
 import { shouldComplete } from './trigger';
 import { afterPending, healTrailingWhitespace } from './tokenHealing';
-
-export interface ModelContext {
-  info: ModelInfo;
-  fim: FimBuilder;
-}
 
 export interface PipelineDeps {
   document(uri: string): TextDocument | undefined;

@@ -1,7 +1,10 @@
 // One running engine process and the JSON-lines conversation with it: requests
 // go out on stdin, every message that comes back on stdout is routed to the
-// request it answers. Knows nothing about restarts (see supervisor.ts).
+// request it answers. Knows nothing about restarts (see supervisor.ts); emits
+// `generateError` (an EngineError) when a generation fails, so that the
+// supervisor can act on a model that broke under the engine.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { EventEmitter } from 'node:events';
 import { createInterface } from 'node:readline';
 import {
   EngineError,
@@ -29,11 +32,15 @@ export interface Generation {
   cancel(): void;
 }
 
-export class EngineConnection {
+/** Cancelled requests remembered, so that the engine's `unknown_request` for one whose `done` crossed the cancel is expected. */
+const CANCELLED_KEPT = 64;
+
+export class EngineConnection extends EventEmitter {
   private readonly child: ChildProcess;
   private readonly byId = new Map<RequestId, Pending>();
   // hello and stats carry no id: their answers come back in the order asked.
   private readonly byType = new Map<string, Pending[]>();
+  private readonly cancelled = new Set<RequestId>();
   private nextId = 1;
   private exitError: Error | undefined;
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
@@ -43,6 +50,7 @@ export class EngineConnection {
     args: string[],
     private readonly log: (line: string) => void,
   ) {
+    super();
     this.child = spawn(binary, args, { stdio: ['pipe', 'pipe', 'pipe'], windowsHide: true });
     this.exited = new Promise((resolve) => {
       this.child.on('exit', (code, signal) => {
@@ -129,7 +137,9 @@ export class EngineConnection {
           }
           if (m.type === 'error') {
             finished = true;
-            reject(new EngineError(m));
+            const err = new EngineError(m);
+            this.emit('generateError', err);
+            reject(err);
             return true;
           }
           return false;
@@ -145,7 +155,10 @@ export class EngineConnection {
       id,
       done,
       cancel: () => {
-        if (!finished && this.alive) this.send({ type: 'cancel', id });
+        if (finished || !this.alive) return;
+        this.cancelled.add(id);
+        if (this.cancelled.size > CANCELLED_KEPT) this.cancelled.delete(this.cancelled.values().next().value!);
+        this.send({ type: 'cancel', id });
       },
     };
   }
@@ -197,7 +210,10 @@ export class EngineConnection {
       queue.shift()!.onMessage(msg);
       return;
     }
-    if (msg.type === 'error') this.log(`engine error: ${msg.code}: ${msg.message}`);
+    if (msg.type !== 'error') return;
+    // The request ended before the engine read our cancel: nothing went wrong.
+    if (msg.code === 'unknown_request' && id !== undefined && this.cancelled.delete(id)) return;
+    this.log(`engine error: ${msg.code}: ${msg.message}`);
   }
 
   private failAll(err: Error): void {

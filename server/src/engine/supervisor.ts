@@ -1,9 +1,11 @@
 // Keeps one engine process alive and loaded: finds the binary, checks the
 // protocol version, loads the model with progress, pings it, and restarts it
-// with backoff when it crashes or hangs. Everything it does shows in `status`.
+// when it crashes or hangs, with delays that grow to a cap but never give up.
+// Everything it does shows in `status`.
 import { EventEmitter } from 'node:events';
 import { EngineConnection } from './connection';
-import { locateEngine, locateModel } from './locate';
+import { withTimeout, TimeoutError } from '../deadline';
+import { locateEngine, locateModel, pathProblem } from './locate';
 import { EngineError, EngineGoneError, PROTOCOL_VERSION, type LoadOptions, type LoadReport } from './protocol';
 import { engineKey, type Settings } from '../settings';
 import { draftModelFor, speculationOptions } from './loadOptions';
@@ -15,7 +17,9 @@ export interface EngineStatus {
   message: string;
   progress?: { stage: string; done: number; total: number };
   engine?: string;
+  /** The binary that runs (or was refused), and where its path came from. */
   enginePath?: string;
+  engineSource?: string;
   model?: string;
   backend?: string;
   optimizations?: Record<string, unknown>;
@@ -25,24 +29,30 @@ export interface EngineStatus {
   pid?: number;
   /** What happened to the engine last time it had to be restarted, and when (ISO time). */
   lastRestart?: { reason: string; at: string };
+  /** While restarting: when the next start is due (ISO time). */
+  retryAt?: string;
 }
 
 export interface SupervisorTiming {
   helloTimeoutMs: number;
   pingIntervalMs: number;
+  /** A ping unanswered this long is a hang: the engine is killed and restarted. */
   pingTimeoutMs: number;
-  /** Restart delays, growing per consecutive failure; the last one repeats. */
+  /** A ping unanswered this long makes requests give up at once instead of waiting on a possible hang. */
+  pingOverdueMs: number;
+  /** Restart delays, growing per consecutive crash; the last one repeats, retries never stop. */
   backoffMs: number[];
-  /** Consecutive failed starts after which it gives up until restarted by hand. */
-  maxFailures: number;
+  /** Running this long since it was ready resets the backoff. */
+  healthyMs: number;
 }
 
 export const defaultTiming: SupervisorTiming = {
   helloTimeoutMs: 10_000,
-  pingIntervalMs: 2_000,
-  pingTimeoutMs: 5_000,
-  backoffMs: [50, 250, 1_000, 3_000, 10_000],
-  maxFailures: 6,
+  pingIntervalMs: 500,
+  pingTimeoutMs: 1_000,
+  pingOverdueMs: 300,
+  backoffMs: [50, 250, 1_000, 3_000, 10_000, 30_000],
+  healthyMs: 10_000,
 };
 
 /** The log level of a line the engine wrote to stderr, from its wording. */
@@ -52,16 +62,15 @@ export function stderrLevel(line: string): 'info' | 'warn' | 'error' {
   return 'info';
 }
 
-function timeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout;
-  return Promise.race([
-    p.finally(() => clearTimeout(timer)),
-    new Promise<T>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
-    }),
-  ]);
+function seconds(ms: number): string {
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(ms < 10_000 ? 1 : 0)} s`;
 }
 
+/**
+ * Emits `status` on every change, and `modelError` (the engine's message) when a
+ * generation failed because the model broke under the engine (the owner of the
+ * model folder reads it again; the supervisor restarts the engine itself).
+ */
 export class EngineSupervisor extends EventEmitter {
   private conn: EngineConnection | undefined;
   private report: LoadReport | undefined;
@@ -72,6 +81,10 @@ export class EngineSupervisor extends EventEmitter {
   private restartTimer: NodeJS.Timeout | undefined;
   private pingTimer: NodeJS.Timeout | undefined;
   private readyAt = 0;
+  /** When the ping now unanswered was sent. */
+  private pingSentAt: number | undefined;
+  /** Why the supervisor itself killed the running engine (a hang, a broken model), for the restart message. */
+  private killReason: string | undefined;
   private _status: EngineStatus = { state: 'stopped', message: 'not started', warnings: [], restarts: 0 };
 
   constructor(
@@ -99,17 +112,29 @@ export class EngineSupervisor extends EventEmitter {
     void this.startFresh('settings changed');
   }
 
-  /** Restart by hand (the "Restart engine" command): also leaves the error state. */
+  /** Restart by hand (the "Restart engine" command) or because the model folder changed: also leaves the error state. */
   restart(reason = 'restart requested'): Promise<void> {
     this.failures = 0;
     return this.startFresh(reason);
   }
 
-  /** The connection once the model is loaded, waiting for it at most `waitMs`. */
+  /** True while a ping has gone unanswered past pingOverdueMs: the engine may be hung. */
+  get pingOverdue(): boolean {
+    return this.pingSentAt !== undefined && performance.now() - this.pingSentAt > this.timing.pingOverdueMs;
+  }
+
+  /**
+   * The connection once the model is loaded, waiting for it at most `waitMs`.
+   * Undefined at once when the engine may be hung (a ping is overdue), is in
+   * error, or its restart is due later than the wait: a completion then shows
+   * nothing instead of holding the editor.
+   */
   async ready(waitMs: number): Promise<EngineConnection | undefined> {
-    const usable = () => (this._status.state === 'ready' || this._status.state === 'degraded') && this.conn?.alive;
+    const usable = () => (this._status.state === 'ready' || this._status.state === 'degraded') && this.conn?.alive && !this.pingOverdue;
     if (usable()) return this.conn;
-    if (waitMs <= 0 || this._status.state === 'error' || this._status.state === 'stopped') return undefined;
+    const s = this._status;
+    if (waitMs <= 0 || s.state === 'error' || s.state === 'stopped' || this.pingOverdue) return undefined;
+    if (s.state === 'restarting' && s.retryAt && Date.parse(s.retryAt) > Date.now() + waitMs) return undefined;
     return new Promise((resolve) => {
       const onStatus = () => {
         if (usable()) finish(this.conn);
@@ -130,7 +155,7 @@ export class EngineSupervisor extends EventEmitter {
     this.clearTimers();
     const conn = this.conn;
     this.conn = undefined;
-    this.setStatus({ state: 'stopped', message: 'engine stopped', progress: undefined, pid: undefined });
+    this.setStatus({ state: 'stopped', message: 'engine stopped', progress: undefined, pid: undefined, retryAt: undefined });
     if (conn) await conn.shutdown();
   }
 
@@ -153,37 +178,61 @@ export class EngineSupervisor extends EventEmitter {
     if (epoch === this.epoch) await this.run(epoch);
   }
 
+  /** An error state that only a change (settings, model folder, restart by hand) leaves. */
+  private fail(epoch: number, message: string, patch: Partial<EngineStatus> = {}): void {
+    if (epoch !== this.epoch) return;
+    this.epoch++;
+    this.clearTimers();
+    this.conn?.kill();
+    this.conn = undefined;
+    this.log('error', message);
+    this.setStatus({ state: 'error', message, progress: undefined, pid: undefined, retryAt: undefined, ...patch });
+  }
+
   private async run(epoch: number): Promise<void> {
     const settings = this.settings;
     if (!settings) return;
     const current = () => epoch === this.epoch;
     this.report = undefined;
-    this.setStatus({ state: 'starting', message: 'starting the engine', progress: undefined, warnings: [] });
+    this.killReason = undefined;
+    this.setStatus({ state: 'starting', message: 'starting the engine', progress: undefined, warnings: [], retryAt: undefined });
 
-    const engine = locateEngine(settings.enginePath);
-    const model = locateModel(settings.modelPath);
-    const problem = engine.problem ?? model.problem;
-    if (problem) {
-      this.log('error', problem);
-      this.setStatus({ state: 'error', message: problem, enginePath: engine.path, model: model.path });
-      return;
-    }
+    const [engine, model] = await Promise.all([locateEngine(settings.enginePath), locateModel(settings.modelPath)]);
+    if (!current()) return;
+    const where = { enginePath: engine.path, engineSource: engine.source, model: model.path };
+    const problem = engine.problem ?? model.problem ?? pathProblem(settings.draftModelPath, 'runahead.draftModelPath');
+    if (problem) return this.fail(epoch, problem, where);
 
     const conn = new EngineConnection(engine.path, [], (line) => this.log(stderrLevel(line), `[engine] ${line}`));
     this.conn = conn;
+    let greeted = false;
     void conn.exited.then(({ code, signal }) => {
-      if (current()) this.onCrash(epoch, signal ? `killed by ${signal}` : `exited with code ${code}`);
+      if (current() && greeted) this.onCrash(epoch, this.killReason ?? (signal ? `killed by ${signal}` : `exited with code ${code}`));
+    });
+    conn.on('generateError', (err: EngineError) => {
+      if (!current() || err.code !== 'model_error') return;
+      this.emit('modelError', err.message);
+      this.recover(epoch, conn, `the model broke under the engine (${err.message})`);
     });
 
+    // What runs must be our engine: no answer to hello, or another protocol, is an error naming the binary.
+    const binary = `${engine.path} (from ${engine.source})`;
+    let hello;
     try {
-      const hello = await timeout(conn.hello(), this.timing.helloTimeoutMs, 'engine hello');
-      if (hello.protocol !== PROTOCOL_VERSION) {
-        conn.kill();
-        throw new Error(`${engine.path} speaks protocol ${hello.protocol}; this server speaks ${PROTOCOL_VERSION}: rebuild the engine (npm run build:engine)`);
-      }
-      this.log('info', `engine ${hello.engine} (pid ${conn.pid}) at ${engine.path}`);
-      this.setStatus({ state: 'loading', message: `loading ${model.path}`, engine: hello.engine, enginePath: engine.path, model: model.path, pid: conn.pid });
+      hello = await withTimeout(conn.hello(), this.timing.helloTimeoutMs, 'hello');
+    } catch (err) {
+      const why = err instanceof TimeoutError ? `did not answer hello within ${this.timing.helloTimeoutMs} ms` : `ended before answering hello (${(err as Error).message})`;
+      return this.fail(epoch, `engine ${binary} ${why}; expected a runahead engine speaking protocol ${PROTOCOL_VERSION}`, where);
+    }
+    if (!current()) return;
+    if (hello.protocol !== PROTOCOL_VERSION) {
+      return this.fail(epoch, `engine ${binary} speaks protocol ${hello.protocol}; this server speaks ${PROTOCOL_VERSION}: rebuild the engine (npm run build:engine)`, where);
+    }
+    greeted = true;
+    this.log('info', `engine ${hello.engine} (pid ${conn.pid}) at ${binary}`);
+    this.setStatus({ state: 'loading', message: `loading ${model.path}`, engine: hello.engine, ...where, pid: conn.pid });
 
+    try {
       const warnings: string[] = [];
       const draft = draftModelFor(settings, model.path);
       // RUNAHEAD_THREADS overrides the engine's choice (one per physical core), for benchmarks on a shared machine.
@@ -223,55 +272,53 @@ export class EngineSupervisor extends EventEmitter {
       });
       this.schedulePing(epoch, conn);
     } catch (err) {
-      if (!current()) return;
-      if (err instanceof EngineGoneError) return; // the exit handler restarts it
-      const message = err instanceof Error ? err.message : String(err);
-      this.log('error', message);
-      // A model that cannot load will not load on retry; a hung start may.
-      if (err instanceof EngineError || /protocol/.test(message)) {
-        this.epoch++;
-        conn.kill();
-        this.setStatus({ state: 'error', message, progress: undefined });
-      } else {
-        conn.kill();
-      }
+      if (!current() || err instanceof EngineGoneError) return; // a crash while loading: the exit handler restarts it
+      // A model the engine refuses will not load on retry; the model folder's watch restarts it when the folder changes.
+      this.fail(epoch, err instanceof Error ? err.message : String(err));
     }
   }
 
+  /** Pings every pingIntervalMs; a ping unanswered for pingTimeoutMs is a hang, so a hang shows within their sum. */
   private schedulePing(epoch: number, conn: EngineConnection): void {
     this.pingTimer = setTimeout(async () => {
       if (epoch !== this.epoch) return;
+      this.pingSentAt = performance.now();
       try {
-        await timeout(conn.ping(), this.timing.pingTimeoutMs, 'engine ping');
-        if (this.readyAt && Date.now() - this.readyAt > 30_000) this.failures = 0;
+        await withTimeout(conn.ping(), this.timing.pingTimeoutMs, 'engine ping');
+        if (epoch !== this.epoch) return;
+        this.pingSentAt = undefined;
+        if (this.readyAt && Date.now() - this.readyAt > this.timing.healthyMs) this.failures = 0;
         this.schedulePing(epoch, conn);
       } catch (err) {
         if (epoch !== this.epoch || err instanceof EngineGoneError) return;
-        this.log('error', `engine pid ${conn.pid} did not answer a ping within ${this.timing.pingTimeoutMs} ms: killing it`);
-        conn.kill();
+        this.recover(epoch, conn, `engine pid ${conn.pid} did not answer a ping within ${this.timing.pingTimeoutMs} ms (hung)`);
       }
     }, this.timing.pingIntervalMs);
     this.pingTimer.unref();
   }
 
+  /** Kills an engine that is no use any more; its exit restarts it with `reason` as the cause. */
+  private recover(epoch: number, conn: EngineConnection, reason: string): void {
+    if (epoch !== this.epoch || this.killReason) return;
+    this.killReason = reason;
+    this.log('error', `${reason}: killing it`);
+    conn.kill();
+  }
+
   private onCrash(epoch: number, how: string): void {
     this.conn = undefined;
-    this._status.pid = undefined;
     this.report = undefined;
+    this.pingSentAt = undefined;
     this.clearTimers();
     this.failures++;
     const restarts = this._status.restarts + 1;
-    if (this.failures >= this.timing.maxFailures) {
-      this.epoch++;
-      const message = `engine ${how}; it failed ${this.failures} times in a row, so it stays stopped: use "Runahead: Restart Engine"`;
-      this.log('error', message);
-      this.setStatus({ state: 'error', message, progress: undefined, restarts });
-      return;
-    }
     const delays = this.timing.backoffMs;
     const delay = delays[Math.min(this.failures - 1, delays.length - 1)];
-    this.log('warn', `engine ${how}; restarting in ${delay} ms`);
-    this.setStatus({ state: 'restarting', message: `engine ${how}; restarting`, progress: undefined, restarts, lastRestart: { reason: `engine ${how}`, at: new Date().toISOString() } });
+    const at = new Date(Date.now() + delay);
+    const reason = how.startsWith('engine') ? how : `engine ${how}`;
+    const message = `${reason}; restart ${this.failures > 1 ? `(failure ${this.failures} in a row) ` : ''}in ${seconds(delay)}, at ${at.toTimeString().slice(0, 8)}`;
+    this.log('warn', message);
+    this.setStatus({ state: 'restarting', message, progress: undefined, pid: undefined, restarts, lastRestart: { reason, at: new Date().toISOString() }, retryAt: at.toISOString() });
     this.restartTimer = setTimeout(() => {
       if (epoch === this.epoch) void this.run(epoch);
     }, delay);
@@ -280,6 +327,7 @@ export class EngineSupervisor extends EventEmitter {
   private clearTimers(): void {
     clearTimeout(this.restartTimer);
     clearTimeout(this.pingTimer);
+    this.pingSentAt = undefined;
   }
 
   private setStatus(patch: Partial<EngineStatus>): void {

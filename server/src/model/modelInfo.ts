@@ -13,8 +13,8 @@
 // is used when the tokenizer has those tokens, except for a model whose
 // config.json has a "runahead" key (trained by this project) without
 // "repo_level": true: such a model never saw that format.
-import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { readModelJson } from './modelFiles';
 import { TextTokenizer } from './tokenizer';
 
 export type FimOrder = 'psm' | 'spm';
@@ -41,10 +41,6 @@ export interface ModelInfo {
   contextLength: number;
 }
 
-function readJson(path: string): Record<string, any> {
-  return existsSync(path) ? JSON.parse(readFileSync(path, 'utf8')) : {};
-}
-
 export function readFimOrder(config: Record<string, any>, tokenizerConfig: Record<string, any>): FimOrder {
   const value = config.runahead?.fim_order ?? tokenizerConfig.runahead_fim_order;
   return value === 'spm' ? 'spm' : 'psm';
@@ -55,10 +51,16 @@ export function readRepoLevel(config: Record<string, any>, special: SpecialToken
   return config.runahead ? config.runahead.repo_level === true : true;
 }
 
-export function loadModelInfo(dir: string, tokenizer = TextTokenizer.fromFolder(dir)): ModelInfo {
-  const config = readJson(join(dir, 'config.json'));
-  const tokenizerConfig = readJson(join(dir, 'tokenizer_config.json'));
-  const generation = readJson(join(dir, 'generation_config.json'));
+/** Reads the folder's config.json, tokenizer files and generation_config.json (files checked by modelFiles.ts). */
+export async function loadModelInfo(dir: string): Promise<ModelInfo> {
+  const config = await readModelJson(join(dir, 'config.json'), true);
+  const tokenizer = await TextTokenizer.load(dir);
+  const tokenizerConfig = await readModelJson(join(dir, 'tokenizer_config.json'));
+  const generation = await readModelJson(join(dir, 'generation_config.json'));
+  const vocabSize = config.vocab_size;
+  if (typeof vocabSize === 'number' && tokenizer.maxId() >= vocabSize) {
+    throw new Error(`${join(dir, 'tokenizer.json')} has token id ${tokenizer.maxId()}, but ${join(dir, 'config.json')} says vocab_size ${vocabSize}; expected every id below vocab_size (a tokenizer from another model?)`);
+  }
   const id = (text: string) => tokenizer.tokenId(text);
   const fimPrefix = id('<|fim_prefix|>');
   const fimSuffix = id('<|fim_suffix|>');

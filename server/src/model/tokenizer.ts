@@ -1,9 +1,9 @@
 // Text ↔ token ids with @huggingface/tokenizers, from the model folder's
 // tokenizer.json and tokenizer_config.json, and a streaming decoder that
 // never emits half a UTF-8 character.
-import { readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
+import { readModelJson } from './modelFiles';
 
 const WORD_CACHE = 2048;
 
@@ -20,11 +20,27 @@ export class TextTokenizer {
     if (cache && typeof cache.capacity === 'number') cache.capacity = WORD_CACHE;
   }
 
-  static fromFolder(dir: string): TextTokenizer {
-    const json = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8'));
-    const configPath = join(dir, 'tokenizer_config.json');
-    const config = existsSync(configPath) ? JSON.parse(readFileSync(configPath, 'utf8')) : {};
-    return new TextTokenizer(json, config);
+  /** The model folder's tokenizer.json (and tokenizer_config.json when there is one). */
+  static async load(dir: string): Promise<TextTokenizer> {
+    const path = join(dir, 'tokenizer.json');
+    const json = await readModelJson(path, true);
+    const vocab = json.model?.vocab;
+    if (!vocab || typeof vocab !== 'object') {
+      throw new Error(`${path}: no model.vocab; expected a Hugging Face tokenizer.json whose "model" has a "vocab" (token → id)`);
+    }
+    const config = await readModelJson(join(dir, 'tokenizer_config.json'));
+    try {
+      return new TextTokenizer(json, config);
+    } catch (err) {
+      throw new Error(`${path}: @huggingface/tokenizers cannot use it (${(err as Error).message}); expected a BPE tokenizer such as Qwen2.5-Coder's`);
+    }
+  }
+
+  /** The largest token id the vocabulary (added tokens included) uses. */
+  maxId(): number {
+    let max = -1;
+    for (const id of this.vocab.values()) if (id > max) max = id;
+    return max;
   }
 
   /** Plain text to ids; no BOS/EOS are added. */
