@@ -64,7 +64,7 @@ export function chooseModel() {
   return { path: fixtureModel, isDefault: false };
 }
 
-/** A fresh run folder: home/, tmp/, user-data/ (with settings), extensions/, workspace/ (a copy). */
+/** A fresh run folder: home/, tmp/, user-data/ (with User and Machine settings), extensions/, workspace/ (a copy). */
 export function makeRunDir({ settings = {}, workspace = sampleWorkspace, copyWorkspace = true } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'runahead-e2e-'));
   const paths = {
@@ -76,9 +76,11 @@ export function makeRunDir({ settings = {}, workspace = sampleWorkspace, copyWor
     workspace: copyWorkspace ? join(dir, 'workspace') : workspace,
     log: join(dir, 'code-server.log'),
   };
-  for (const p of [paths.home, paths.tmp, join(paths.userData, 'User'), paths.extensions]) mkdirSync(p, { recursive: true });
+  for (const p of [paths.home, paths.tmp, join(paths.userData, 'User'), join(paths.userData, 'Machine'), paths.extensions]) mkdirSync(p, { recursive: true });
   if (copyWorkspace) cpSync(workspace, paths.workspace, { recursive: true });
   writeFileSync(join(paths.userData, 'User', 'settings.json'), JSON.stringify({ ...userSettings, ...settings }, null, 2));
+  // code-server's window is a remote one: it reads `machine` settings (runahead.modelPath …) from Machine/settings.json only.
+  writeFileSync(join(paths.userData, 'Machine', 'settings.json'), JSON.stringify(settings, null, 2));
   return paths;
 }
 
@@ -170,10 +172,11 @@ function killQuietly(pid, signal) {
 }
 
 /**
- * Starts code-server and resolves once it answers /healthz.
+ * Starts code-server and resolves once it answers /healthz; workspaceTrust: true keeps VS Code's
+ * workspace trust on (also needs `security.workspace.trust.enabled` in the run's settings).
  * Returns { url, port, pid, stop() }; stop() is idempotent and also runs on process exit.
  */
-export async function startCodeServer(tools, run, { port, host = '127.0.0.1', timeoutMs = 90_000 } = {}) {
+export async function startCodeServer(tools, run, { port, host = '127.0.0.1', timeoutMs = 90_000, workspaceTrust = false } = {}) {
   port ??= await freePort();
   const args = [
     tools.codeServer,
@@ -183,7 +186,8 @@ export async function startCodeServer(tools, run, { port, host = '127.0.0.1', ti
     '--extensions-dir', run.extensions,
     '--disable-telemetry',
     '--disable-update-check',
-    '--disable-workspace-trust',
+    // Without the flag VS Code asks whether to trust each new folder (unless the settings turn trust off).
+    ...(workspaceTrust ? [] : ['--disable-workspace-trust']),
     '--disable-getting-started-override',
     '--ignore-last-opened',
     run.workspace,

@@ -5,7 +5,15 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { repoRoot } from './codeServer.mjs';
 
+let built;
+
+/** The .vsix to test: built once per process, however many test files ask. */
 export function buildVsix() {
+  built ??= packageVsix();
+  return built;
+}
+
+function packageVsix() {
   if (process.env.RUNAHEAD_E2E_VSIX) {
     const given = process.env.RUNAHEAD_E2E_VSIX;
     if (!existsSync(given)) throw new Error(`RUNAHEAD_E2E_VSIX=${given}: no such file`);

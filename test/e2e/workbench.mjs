@@ -61,10 +61,15 @@ export class Workbench {
     await page.addInitScript(`(${recordStatusTexts})(${JSON.stringify(findStatusItem.toString())})`);
     const wb = new Workbench(page, artifacts);
     wb.context = context;
-    await page.goto(url, { timeout: timeoutMs });
-    await page.locator('.monaco-workbench').waitFor({ timeout: timeoutMs });
-    await page.locator('.part.statusbar').waitFor({ timeout: timeoutMs });
+    await wb.goto(url, timeoutMs);
     return wb;
+  }
+
+  /** Loads the workbench at url (e.g. another folder) and waits for its status bar. */
+  async goto(url, timeoutMs = 120_000) {
+    await this.page.goto(url, { timeout: timeoutMs });
+    await this.page.locator('.monaco-workbench').waitFor({ timeout: timeoutMs });
+    await this.page.locator('.part.statusbar').waitFor({ timeout: timeoutMs });
   }
 
   async close() {
