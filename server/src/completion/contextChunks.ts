@@ -31,11 +31,28 @@ export function jaccard(a: string, b: string): number {
   return common / (wa.size + wb.size - common);
 }
 
-/** `count` lines of `text` centred on `line`. */
+/** Most characters of a chunk: a file of huge lines (minified code) gives a chunk this long, not 1 MB. */
+export const CHUNK_CHARS = 4096;
+
+/** Where line `line` of `text` starts (text.length past the last line). */
+function lineStart(text: string, line: number, from = 0, fromLine = 0): number {
+  let at = from;
+  for (let n = fromLine; n < line && at < text.length; n++) {
+    const nl = text.indexOf('\n', at);
+    at = nl < 0 ? text.length : nl + 1;
+  }
+  return at;
+}
+
+/** `count` lines of `text` centred on `line`, at most CHUNK_CHARS; walks to them instead of splitting the whole file. */
 export function linesAround(text: string, line: number, count: number): string {
-  const lines = text.split('\n');
-  const start = Math.max(0, Math.min(line - Math.floor(count / 2), lines.length - count));
-  return lines.slice(start, start + count).join('\n');
+  let lines = 1;
+  for (let nl = text.indexOf('\n'); nl >= 0; nl = text.indexOf('\n', nl + 1)) lines++;
+  const first = Math.max(0, Math.min(line - Math.floor(count / 2), lines - count));
+  const begin = lineStart(text, first);
+  const end = lineStart(text, first + count, begin, first);
+  const chunk = text.slice(begin, Math.min(end - (end > begin && text[end - 1] === '\n' ? 1 : 0), begin + CHUNK_CHARS));
+  return chunk;
 }
 
 export class RecentChunks {

@@ -4,11 +4,51 @@
 // The bracketed head only for models that use the repo-level format (modelInfo.ts).
 // Windows are cut at line boundaries aligned to blocks of lines, so that the
 // start of the prompt stays the same while the cursor moves and the engine
-// keeps reusing its KV cache.
+// keeps reusing its KV cache. Text beyond what the budget can use is never
+// tokenized (a 1 MB one-line file costs as much as a small one), and encoding
+// yields to the event loop every few KB, so the server keeps answering
+// (runahead/status, cancellations) while it builds a prompt.
 import type { SpecialTokens, FimOrder } from '../model/modelInfo';
 
 export interface Encoder {
   encode(text: string): number[];
+  decode(ids: number[]): string;
+}
+
+/** Windows assume at most this many characters per token: text past budget × this is never tokenized. */
+export const MAX_CHARS_PER_TOKEN = 8;
+/** Characters encoded between two yields to the event loop. */
+const PIECE_CHARS = 2048;
+/** Characters of lines whose token counts are kept (the cache starts over past this). */
+const LINE_CACHE_CHARS = 1 << 20;
+
+const yieldNow = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** Near `at` (at most PIECE_CHARS / 2 before it, not before `floor`), where a line may be cut without changing its tokens: before a space; else `at`, not inside a surrogate pair. */
+function cutNear(text: string, at: number, floor: number): number {
+  const space = text.lastIndexOf(' ', at - 1);
+  if (space > Math.max(floor, at - PIECE_CHARS / 2)) return space;
+  return /[\uDC00-\uDFFF]/.test(text[at] ?? '') ? at - 1 : at;
+}
+
+/** Where a piece of `text` starting at `from` may end near `limit`: right after a newline that starts a non-blank line (pre-tokenization splits there), else as cutNear. */
+function pieceEnd(text: string, from: number, limit: number): number {
+  for (let nl = text.lastIndexOf('\n', limit - 1); nl > from; nl = text.lastIndexOf('\n', nl - 1)) {
+    if (!/\s/.test(text[nl + 1])) return nl + 1;
+  }
+  return cutNear(text, limit, from);
+}
+
+/** `text` as ids, encoded a piece at a time with a yield to the event loop between pieces. */
+export async function encodeInPieces(encoder: Encoder, text: string): Promise<number[]> {
+  const ids: number[] = [];
+  for (let at = 0; at < text.length; ) {
+    const end = text.length - at > PIECE_CHARS ? pieceEnd(text, at, at + PIECE_CHARS) : text.length;
+    for (const id of encoder.encode(text.slice(at, end))) ids.push(id);
+    at = end;
+    if (at < text.length) await yieldNow();
+  }
+  return ids;
 }
 
 export interface ContextFile {
@@ -53,6 +93,9 @@ const SUFFIX_SHARE = 0.25;
 
 export class FimBuilder {
   private readonly lineCounts = new Map<string, number>();
+  private lineCountChars = 0;
+  /** Characters encoded since the last yield to the event loop. */
+  private unyielded = 0;
   private readonly chunkIds = new Map<string, number[]>();
 
   constructor(
@@ -63,7 +106,7 @@ export class FimBuilder {
     private readonly repoLevel = special.fileSep !== undefined,
   ) {}
 
-  build(input: FimInput): FimPrompt {
+  async build(input: FimInput): Promise<FimPrompt> {
     const sp = this.special;
     const head: number[] = [];
     const useRepo = this.repoLevel && sp.fileSep !== undefined;
@@ -73,15 +116,15 @@ export class FimBuilder {
 
     const extraBudget = useRepo && input.extra.length > 0 ? Math.floor(avail * EXTRA_SHARE) : 0;
     const suffixBudget = Math.floor((avail - extraBudget) * SUFFIX_SHARE);
-    const prefix = this.prefixWindow(input.prefix, avail - extraBudget - suffixBudget);
-    const suffix = this.suffixWindow(input.suffix, suffixBudget);
-    let prefixIds = this.encoder.encode(prefix);
-    const suffixIds = this.encoder.encode(suffix);
+    const prefix = await this.prefixWindow(input.prefix, avail - extraBudget - suffixBudget);
+    const suffix = await this.suffixWindow(input.suffix, suffixBudget);
+    let prefixIds = await encodeInPieces(this.encoder, prefix);
+    const suffixIds = await encodeInPieces(this.encoder, suffix);
     // Line counts are estimates; a whole-text encoding that overshoots loses its oldest tokens.
     const over = prefixIds.length + suffixIds.length - (avail - extraBudget);
     if (over > 0) prefixIds = prefixIds.slice(over);
 
-    const extra = useRepo ? this.extraIds(input.extra, extraBudget + Math.max(0, -over), sp.fileSep) : { ids: [], files: 0 };
+    const extra = useRepo ? await this.extraIds(input.extra, extraBudget + Math.max(0, -over), sp.fileSep) : { ids: [], files: 0 };
     const body =
       this.order === 'spm'
         ? [sp.fimSuffix, ...suffixIds, sp.fimPrefix, ...prefixIds, sp.fimMiddle]
@@ -97,52 +140,82 @@ export class FimBuilder {
     };
   }
 
-  /** The longest tail of whole lines that fits, its start rounded up to a block of lines. */
-  prefixWindow(prefix: string, budget: number): string {
-    const lines = prefix.split('\n');
+  /** The longest tail of whole lines that fits, its start rounded up to a block of lines (counted from the top of the file). */
+  async prefixWindow(prefix: string, budget: number): Promise<string> {
+    const maxChars = budget * MAX_CHARS_PER_TOKEN;
+    let from = 0;
+    if (prefix.length > maxChars) {
+      const nl = prefix.indexOf('\n', prefix.length - maxChars);
+      if (nl < 0) return this.tailOfLine(prefix.slice(prefix.length - maxChars), budget);
+      from = nl + 1;
+    }
+    const firstLine = from === 0 ? 0 : countNewlines(prefix, from);
+    const lines = prefix.slice(from).split('\n');
     let used = 0;
     let start = lines.length;
     while (start > 0) {
-      const cost = this.lineCost(lines[start - 1]);
+      const cost = await this.lineCost(lines[start - 1]);
       if (used + cost > budget) break;
       used += cost;
       start--;
     }
-    if (start === 0) return prefix;
+    if (start === 0 && from === 0) return prefix;
     if (start === lines.length) return this.tailOfLine(lines[lines.length - 1], budget);
     const step = alignFor(lines.length - start);
-    const aligned = Math.min(Math.ceil(start / step) * step, lines.length - 1);
+    const aligned = Math.min(Math.ceil((firstLine + start) / step) * step - firstLine, lines.length - 1);
     return lines.slice(aligned).join('\n');
   }
 
   /** The longest head of whole lines that fits, its end rounded down to a block of lines. */
-  suffixWindow(suffix: string, budget: number): string {
-    const lines = suffix.split('\n');
+  async suffixWindow(suffix: string, budget: number): Promise<string> {
+    const maxChars = budget * MAX_CHARS_PER_TOKEN;
+    const cut = suffix.length > maxChars;
+    // Cut by characters first: only whole lines, none past what the budget could use.
+    const lastEnd = cut ? suffix.lastIndexOf('\n', maxChars) : suffix.length;
+    if (lastEnd < 0) return '';
+    const lines = (cut ? suffix.slice(0, lastEnd) : suffix).split('\n');
     let used = 0;
     let end = 0;
     while (end < lines.length) {
-      const cost = this.lineCost(lines[end]);
+      const cost = await this.lineCost(lines[end]);
       if (used + cost > budget) break;
       used += cost;
       end++;
     }
-    if (end === lines.length) return suffix;
+    if (end === lines.length && !cut) return suffix;
     if (end === 0) return '';
     const step = alignFor(end);
     const aligned = Math.max(1, Math.floor(end / step) * step);
     return lines.slice(0, aligned).join('\n') + '\n';
   }
 
-  private tailOfLine(line: string, budget: number): string {
-    // One line longer than the budget (minified code): keep its end, at a character boundary.
-    let keep = line.length;
-    while (keep > 0 && this.encoder.encode(line.slice(line.length - keep)).length > budget) keep = Math.floor(keep * 0.8);
-    return line.slice(line.length - keep);
+  /** The end of one line longer than the budget (minified code): the text of its last `budget` tokens, encoding pieces from its end only until they hold that many. */
+  private async tailOfLine(line: string, budget: number): Promise<string> {
+    const pieces: number[][] = [];
+    let count = 0;
+    let start = line.length;
+    while (start > 0 && count <= budget) {
+      const from = start > PIECE_CHARS ? cutNear(line, start - PIECE_CHARS, 0) : 0;
+      const ids = this.encoder.encode(line.slice(from, start));
+      pieces.unshift(ids);
+      count += ids.length;
+      start = from;
+      await yieldNow();
+    }
+    if (count <= budget) return line;
+    const ids = pieces.flat();
+    // The first kept token may start inside a character; then start a token later.
+    for (let keep = budget; keep > budget - 4 && keep > 0; keep--) {
+      const tail = this.encoder.decode(ids.slice(ids.length - keep));
+      if (line.endsWith(tail)) return tail;
+    }
+    return line.slice(line.length - Math.floor(((line.length - start) * budget) / count));
   }
 
-  private extraIds(files: ContextFile[], budget: number, fileSep: number | undefined): { ids: number[]; files: number } {
+  private async extraIds(files: ContextFile[], budget: number, fileSep: number | undefined): Promise<{ ids: number[]; files: number }> {
     if (fileSep === undefined || budget <= 0) return { ids: [], files: 0 };
-    const encoded = files.map((f) => this.chunkTokens(f, fileSep));
+    const encoded: number[][] = [];
+    for (const f of files) encoded.push(await this.chunkTokens(f, fileSep));
     // Drop the oldest until the rest fits: the newest context is the most relevant.
     let first = 0;
     let total = encoded.reduce((n, ids) => n + ids.length, 0);
@@ -150,24 +223,41 @@ export class FimBuilder {
     return { ids: encoded.slice(first).flat(), files: encoded.length - first };
   }
 
-  private chunkTokens(f: ContextFile, fileSep: number): number[] {
+  private async chunkTokens(f: ContextFile, fileSep: number): Promise<number[]> {
     const key = `${f.path}\u0000${f.text}`;
     let ids = this.chunkIds.get(key);
     if (!ids) {
-      ids = [fileSep, ...this.encoder.encode(`${f.path}\n${f.text.endsWith('\n') ? f.text : `${f.text}\n`}`)];
+      ids = [fileSep, ...(await encodeInPieces(this.encoder, `${f.path}\n${f.text.endsWith('\n') ? f.text : `${f.text}\n`}`))];
       if (this.chunkIds.size > 256) this.chunkIds.clear();
       this.chunkIds.set(key, ids);
     }
     return ids;
   }
 
-  private lineCost(line: string): number {
+  /** Tokens of one line and its newline, cached; yields to the event loop every few KB encoded. */
+  private async lineCost(line: string): Promise<number> {
     let n = this.lineCounts.get(line);
     if (n === undefined) {
-      n = this.encoder.encode(`${line}\n`).length;
-      if (this.lineCounts.size > 4096) this.lineCounts.clear();
+      n = line.length > PIECE_CHARS ? (await encodeInPieces(this.encoder, `${line}\n`)).length : this.encoder.encode(`${line}\n`).length;
+      if (this.lineCountChars > LINE_CACHE_CHARS) {
+        this.lineCounts.clear();
+        this.lineCountChars = 0;
+      }
       this.lineCounts.set(line, n);
+      this.lineCountChars += line.length;
+      this.unyielded += line.length;
+      if (this.unyielded > PIECE_CHARS) {
+        this.unyielded = 0;
+        await yieldNow();
+      }
     }
     return n;
   }
+}
+
+/** How many newlines `text` has before `end`. */
+function countNewlines(text: string, end: number): number {
+  let n = 0;
+  for (let i = text.indexOf('\n'); i >= 0 && i < end; i = text.indexOf('\n', i + 1)) n++;
+  return n;
 }

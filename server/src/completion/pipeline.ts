@@ -15,7 +15,7 @@ import { AdaptiveDebounce, type Cancellable } from './debounce';
 import { postprocess, type FilterContext } from './postprocess';
 import { linesInBlock } from './postprocess/limitScopeByIndentation';
 import { removeRepeatedLines } from './postprocess/removeRepeatedLines';
-import { currentLinePrefix, currentLineSuffix } from './postprocess/context';
+import { currentLinePrefix, currentLineSuffix, filterContext } from './postprocess/context';
 import { textFollowsCursor } from './postprocess/singleLineWhenTextFollows';
 import { Prefetcher } from './prefetch';
 import { runRequest, type RequestResult } from './request';
@@ -43,6 +43,9 @@ interface Place {
 }
 
 const neverCancelled: Cancellable = { isCancellationRequested: false };
+
+/** What the filters see of a place: bounded windows of lines around the cursor. */
+const filtersFor = (p: Place): FilterContext => filterContext(p.prefix, p.suffix, p.languageId);
 
 /** Enough tokens: the one line is done, the block has ended, or the model loops on a line. */
 export function completionIsComplete(text: string, ctx: FilterContext): boolean {
@@ -95,8 +98,9 @@ export class CompletionPipeline {
     const answer = (completion: string): InlineCompletionList | null =>
       completion.length === 0 ? null : { items: [{ insertText: lead + completion, range } satisfies InlineCompletionItem] };
 
+    const filterCtx = filtersFor(place);
     const decision = shouldComplete(
-      { languageId: doc.languageId, linePrefix: currentLinePrefix(place), lineSuffix: currentLineSuffix(place), triggerKind: params.context.triggerKind },
+      { languageId: doc.languageId, linePrefix: currentLinePrefix(filterCtx), lineSuffix: currentLineSuffix(filterCtx), triggerKind: params.context.triggerKind },
       settings,
     );
     if (!decision.complete) {
@@ -118,7 +122,7 @@ export class CompletionPipeline {
     const hit = this.cache.get(place.uri, place.prefix, place.suffix);
     if (hit) {
       // Filters again: the text after the cursor may have changed (an auto-closed bracket).
-      const text = postprocess(hit.text, { prefix: place.prefix, suffix: place.suffix, languageId: place.languageId });
+      const text = postprocess(hit.text, filterCtx);
       this.counters.fromCache++;
       served('cache', text, 0);
       return answer(text);
@@ -159,7 +163,7 @@ export class CompletionPipeline {
     }
     this.counters.fromEngine++;
     this.debounce.latency(performance.now() - asked);
-    const completion = postprocess(result.text, { prefix: place.prefix, suffix: place.suffix, languageId: place.languageId });
+    const completion = postprocess(result.text, filterCtx);
     served('engine', completion, debounceMs, result);
     if (completion.length === 0) return answer('');
     this.cache.put(place.uri, place.prefix, place.suffix, completion);
@@ -174,7 +178,7 @@ export class CompletionPipeline {
     if (!conn || !model || token.isCancellationRequested) return undefined;
     const { path, repoName } = this.deps.describe(place.uri);
     const healed = healTrailingWhitespace(place.prefix);
-    const prompt = model.fim.build({
+    const prompt = await model.fim.build({
       prefix: healed.prefix,
       suffix: place.suffix,
       path,
@@ -183,7 +187,8 @@ export class CompletionPipeline {
       // The engine's context (from its load report) holds the prompt and the completion.
       budget: Math.max(64, Math.min(settings.contextBudget, (this.deps.supervisor.loadReport?.context_length ?? model.info.contextLength) - settings.maxTokens - 1)),
     });
-    const filterCtx = { prefix: place.prefix, suffix: place.suffix, languageId: place.languageId };
+    if (token.isCancellationRequested) return undefined;
+    const filterCtx = filtersFor(place);
     this.active?.cancel();
     const job = runRequest(conn, {
       prompt: prompt.ids,
@@ -222,7 +227,7 @@ export class CompletionPipeline {
         job = started;
         const r = await started.result;
         if (!r.ok && r.finish !== 'enough') return undefined;
-        const text = postprocess(r.text, { prefix: next.prefix, suffix: next.suffix, languageId: next.languageId });
+        const text = postprocess(r.text, filtersFor(next));
         this.cache.put(next.uri, next.prefix, next.suffix, text, 'prefetch');
         return text;
       })();

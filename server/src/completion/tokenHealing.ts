@@ -12,8 +12,10 @@ export interface Healed {
 }
 
 export function healTrailingWhitespace(prefix: string): Healed {
-  const pending = /[ \t]*$/.exec(prefix)![0];
-  return { prefix: prefix.slice(0, prefix.length - pending.length), pending };
+  // A loop, not /[ \t]*$/: that regex retries from every space of a long line.
+  let start = prefix.length;
+  while (start > 0 && (prefix[start - 1] === ' ' || prefix[start - 1] === '\t')) start--;
+  return { prefix: prefix.slice(0, start), pending: prefix.slice(start) };
 }
 
 /**
