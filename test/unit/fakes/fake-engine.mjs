@@ -9,6 +9,8 @@
 //   FAKE_TOKEN_MS=n       ms per generated token (default 2)
 //   FAKE_TOKENS=a,b,c     the token ids generate emits in a loop (default 1,2,3)
 //   FAKE_SPECULATION=a,b  hello.capabilities.speculation
+//   FAKE_EXIT_AFTER_LOAD=1 exit with code 3 right after answering load (a crash loop)
+//   FAKE_GENERATE_ERROR=code answer generate with an error of that code (model_error: weights broke under it)
 import { createInterface } from 'node:readline';
 
 const env = process.env;
@@ -61,11 +63,13 @@ createInterface({ input: process.stdin }).on('line', (line) => {
         send({ type: 'load_progress', id: msg.id, stage: 'binding', done: 2, total: 2 });
         loaded = true;
         send({ type: 'loaded', id: msg.id, report: { architecture: 'Qwen2ForCausalLM', model: msg.model, backend: 'cpu', optimizations: { prefix_reuse: true } } });
+        if (env.FAKE_EXIT_AFTER_LOAD) process.exit(3);
       }
       break;
     }
     case 'generate':
       if (!loaded) send({ type: 'error', id: msg.id, code: 'not_loaded', message: 'no model loaded' });
+      else if (env.FAKE_GENERATE_ERROR) send({ type: 'error', id: msg.id, code: env.FAKE_GENERATE_ERROR, message: 'model.safetensors: shorter than its header says', file: 'model.safetensors' });
       else generate(msg);
       break;
     case 'cancel':
