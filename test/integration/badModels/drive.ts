@@ -64,6 +64,12 @@ function watchMemory(pid: number, limit: number, onKill: (rss: number) => void):
 
 const MiB = 2 ** 20;
 
+/** `p`, or a rejection with `what` after `ms`. */
+function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout;
+  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(what)), ms)))]).finally(() => clearTimeout(timer));
+}
+
 /** hello, load, and for a model that loads a generate; then ping, VmHWM, shutdown. */
 export async function driveEngine(model: string, options: Record<string, unknown>, limits: Limits): Promise<EngineOutcome> {
   const t0 = performance.now();
@@ -73,7 +79,8 @@ export async function driveEngine(model: string, options: Record<string, unknown
   const waiters = new Set<() => void>();
   let stderr = '';
   let exit: { code: number | null; signal: string | null } | undefined;
-  let shuttingDown = false;
+  const exitNow = () => exit; // read through a call: the exit handler sets it while we wait
+  let ending = false; // set once we end the process ourselves
   child.stdin.on('error', () => undefined);
   child.stderr.on('data', (d) => (stderr = (stderr + String(d)).slice(-4000)));
   createInterface({ input: child.stdout }).on('line', (line) => {
@@ -87,7 +94,7 @@ export async function driveEngine(model: string, options: Record<string, unknown
   const exited = new Promise<void>((resolve) =>
     child.on('exit', (code, signal) => {
       exit = { code, signal };
-      if (!shuttingDown && (signal || code !== 0)) problems.push(signal ? `engine killed by ${signal}` : `engine exited with status ${code}`);
+      if (!ending && (signal || code !== 0)) problems.push(signal ? `engine killed by ${signal}` : `engine exited with status ${code}`);
       waiters.forEach((w) => w());
       resolve();
     }),
@@ -135,18 +142,22 @@ export async function driveEngine(model: string, options: Record<string, unknown
       peakRssBytes = procMemory(child.pid!, 'VmHWM');
       // A load that never answered still holds the worker: shutdown would wait for it.
       if (final) {
-        shuttingDown = true;
+        ending = true;
         send({ type: 'shutdown' });
         await Promise.race([exited, new Promise((r) => setTimeout(r, 2000))]);
-        if (!exit) problems.push('did not exit within 2000 ms of shutdown');
-        else if (exit.code !== 0) problems.push(`exit status ${exit.code ?? exit.signal} after shutdown`);
+        const after = exitNow();
+        if (!after) problems.push('did not exit within 2000 ms of shutdown');
+        else if (after.code !== 0) problems.push(`exit status ${after.code ?? after.signal} after shutdown`);
       }
     } else {
       survived = exit.code === 0 && !exit.signal;
     }
   } finally {
     stopWatch();
-    if (!exit) child.kill('SIGKILL');
+    if (!exit) {
+      ending = true;
+      child.kill('SIGKILL');
+    }
   }
   return { final, problems, survived, peakRssBytes, ms: performance.now() - t0, stderr };
 }
@@ -167,27 +178,25 @@ export async function driveServer(modelPath: string, root: string, limits: Limit
   const problems: string[] = [];
   const client = new TestClient({ modelPath, enginePath: engineBinary, deadlineMs: 5000 }, env);
   const stopWatch = watchMemory(client.child.pid!, limits.killAboveBytes, (rss) => problems.push(`server resident memory ${(rss / MiB).toFixed(0)} MiB passed ${(limits.killAboveBytes / MiB).toFixed(0)} MiB: killed`));
+  // Every engine the server started: one stuck opening a FIFO does not see its stdin close.
   const enginePids = new Set<number>();
-  const onStatus = () => client.status?.pid && enginePids.add(client.status.pid);
+  const notePid = () => void (client.status?.pid && enginePids.add(client.status.pid));
+  const poll = setInterval(notePid, 10);
   let status: Status | undefined;
   try {
-    await Promise.race([client.initialize(root), new Promise((_, reject) => setTimeout(() => reject(new Error('initialize')), limits.answerMs))]);
-    const poll = setInterval(onStatus, 10);
-    try {
-      status = await client.waitStatus((s) => (onStatus(), ['error', 'ready', 'degraded'].includes(s.state)), limits.answerMs);
-    } finally {
-      clearInterval(poll);
-    }
+    await within(client.initialize(root), limits.answerMs, 'no answer to initialize');
+    status = await client.waitStatus((s) => (notePid(), ['error', 'ready', 'degraded'].includes(s.state)), limits.answerMs);
   } catch (err) {
     problems.push(`no final status within ${limits.answerMs} ms (${err instanceof Error ? err.message.split('\n')[0] : String(err)})`);
   } finally {
+    clearInterval(poll);
     stopWatch();
-    const last = client.status;
     if (status) await client.close();
-    else client.child.kill('SIGKILL');
-    // An engine stuck opening a FIFO does not see its stdin close: end it here.
+    else {
+      client.child.kill('SIGKILL');
+      client.conn.dispose();
+    }
     for (const pid of enginePids) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
-    if (client.child.exitCode === null && client.child.signalCode === null) client.child.kill('SIGKILL');
-    return { status, last, problems, ms: performance.now() - t0, logs: client.logs.slice(-10).join('') };
   }
+  return { status, last: client.status, problems, ms: performance.now() - t0, logs: client.logs.slice(-10).join('') };
 }
