@@ -1,0 +1,50 @@
+// Where completion text comes from, as the Completer sees it: the local engine
+// (token ids over stdio, KV reuse, speculation stats) or a remote
+// OpenAI-compatible server (the FIM prompt as text over HTTP, streamed). A
+// source builds its own prompt from the document's text, since only it knows
+// its tokenizer or template; everything before (trigger, cache, debounce) and
+// after (post-processing, metrics) is the Completer's and the same for both.
+import type { CompletionMetrics } from '../metrics';
+import type { EngineStatus } from '../engine/supervisor';
+import type { ContextFile } from './fim';
+
+export interface SourceRequest {
+  /** Text before the cursor (token healing already applied) and after it, bounded by the Completer. */
+  prefix: string;
+  suffix: string;
+  /** The file's path as the model should see it, and the repository's name. */
+  path: string;
+  repoName?: string;
+  /** Chunks of other files, oldest first. */
+  extra: ContextFile[];
+  maxTokens: number;
+  temperature: number;
+  /** Soft deadline in ms: stop at the next line end past it; stop at once at twice it. */
+  deadlineMs: number;
+  /** True when the text so far needs no more tokens; the source then stops generating. */
+  enough?: (text: string) => boolean;
+  /** Aborted when the editor no longer wants this completion. */
+  signal: AbortSignal;
+}
+
+export interface SourceResult {
+  /** False when it ended without a usable text (cancelled, failed, timed out). */
+  ok: boolean;
+  text: string;
+  /** stop | length | deadline | context | enough | cancelled | timeout | error */
+  finish: string;
+  error?: string;
+  /** What the status bar and runahead/metrics show: TTFT, ms/token, tokens, backend, model, … */
+  metrics: Partial<CompletionMetrics>;
+}
+
+export interface CompletionSource {
+  /** 'engine' for the local engine, 'remote' for an OpenAI-compatible server. */
+  readonly kind: 'engine' | 'remote';
+  /** The status bar's state for this source (same shape for both). */
+  readonly status: EngineStatus;
+  /** Whether a completion can start, waiting at most `waitMs` for the source to become ready. */
+  ready(waitMs: number): Promise<boolean>;
+  /** One generation; `onText` sees the text as it streams. Always settles, never throws. */
+  complete(request: SourceRequest, onText?: (textSoFar: string) => void): Promise<SourceResult>;
+}
