@@ -4,8 +4,16 @@
 // source builds its own prompt from the document's text, since only it knows
 // its tokenizer or template; everything before (trigger, cache, debounce) and
 // after (post-processing, metrics) is the Completer's and the same for both.
+//
+// Note for RemoteSource (added with the Completer, completer.ts): the members
+// below `complete` are optional, so a source written against the first cut
+// still compiles. sources.ts picks the source (`sourceFor`: add the 'remote'
+// case there); on a change of kind the old source is `stop`ped. Token healing
+// is the Completer's: `prefix` arrives healed and the Completer strips the
+// pending whitespace from the text, so a source returns the model's text as is.
 import type { CompletionMetrics } from '../metrics';
 import type { EngineStatus } from '../engine/supervisor';
+import type { Settings } from '../settings';
 import type { ContextFile } from './fim';
 
 export interface SourceRequest {
@@ -47,4 +55,16 @@ export interface CompletionSource {
   ready(waitMs: number): Promise<boolean>;
   /** One generation; `onText` sees the text as it streams. Always settles, never throws. */
   complete(request: SourceRequest, onText?: (textSoFar: string) => void): Promise<SourceResult>;
+  /** Takes changed settings while the same kind of source stays (a new model folder, URL or key). */
+  configure?(settings: Settings): void;
+  /** `listener` runs whenever `status` changes. */
+  onStatus?(listener: () => void): void;
+  /** Starts over (the "Restart engine" command): reads the model again, reconnects. */
+  restart?(): Promise<void>;
+  /** The source's own counters for runahead/stats (the engine's `stats`), or null. */
+  stats?(): Promise<unknown>;
+  /** Ends it: the settings switched to another source, or the server shuts down. */
+  stop?(): Promise<void>;
+  /** Ends it at once and synchronously: the server process is exiting. */
+  killNow?(): void;
 }
