@@ -35,9 +35,14 @@ async function pool(tasks: (() => Promise<void>)[], n: number): Promise<void> {
   await Promise.all(Array.from({ length: n }, worker));
 }
 
-function brief(o: EngineOutcome | ServerOutcome): string {
-  const { stderr, logs, ...rest } = o as Partial<EngineOutcome & ServerOutcome>;
-  return `${JSON.stringify(rest)}\n${(stderr ?? logs ?? '').trim().split('\n').slice(-5).join('\n')}`;
+const tail = (text: string) => text.trim().split('\n').slice(-5).join('\n');
+
+function engineBrief({ stderr, ...rest }: EngineOutcome): string {
+  return `${JSON.stringify(rest)}\n${tail(stderr)}`;
+}
+
+function serverBrief(o: ServerOutcome): string {
+  return `${JSON.stringify({ status: o.status ?? o.last, problems: o.problems, ms: o.ms })}\n${tail(o.logs)}`;
 }
 
 describe('bad models: refused fast, named, in bounded memory, without a crash', function () {
@@ -83,7 +88,7 @@ describe('bad models: refused fast, named, in bounded memory, without a crash', 
 
 function checkEngine(c: BadModelCase, o: EngineOutcome | undefined, boundBytes: number): void {
   assert.ok(o, 'not run');
-  const why = brief(o);
+  const why = engineBrief(o);
   assert.deepEqual(o.problems, [], `hang, crash or runaway memory: ${why}`);
   assert.ok(o.final, `no final message: ${why}`);
   assert.equal(o.final.type, 'error', `the bad model was not refused (final ${o.final.type}): ${why}`);
@@ -98,10 +103,12 @@ function checkEngine(c: BadModelCase, o: EngineOutcome | undefined, boundBytes: 
 function checkServer(c: BadModelCase, o: ServerOutcome | undefined): void {
   assert.ok(o, 'not run');
   const expect = c.server || {};
-  const why = brief(o);
+  const why = serverBrief(o);
   assert.deepEqual(o.problems, [], `hang or runaway memory: ${why}`);
-  assert.match(o.status?.state ?? '', new RegExp(`^(${expect.state ?? 'error'})$`), `status: ${why}`);
+  assert.ok(o.status, `no status: ${why}`);
+  assert.match(o.status.state, new RegExp(`^(${expect.state ?? 'error'})$`), `status: ${why}`);
   const names = expect.names ?? c.expect.names;
-  assert.ok(o.status?.message.includes(names), `the status does not name ${names}: ${why}`);
+  assert.ok(o.status.message.includes(names), `the status does not name ${names}: ${why}`);
+  assert.deepEqual([o.asked?.state, o.asked?.message], [o.status.state, o.status.message], 'runahead/status answers what the notification said');
   assert.ok(o.ms < caseMs, `${o.ms.toFixed(0)} ms, bound ${caseMs} ms`);
 }

@@ -163,8 +163,10 @@ export async function driveEngine(model: string, options: Record<string, unknown
 }
 
 export interface ServerOutcome {
-  /** The status that ended the load: error, ready or degraded; undefined on a timeout. */
+  /** The status notification that ended the load: error, ready or degraded; undefined on a timeout. */
   status?: Status;
+  /** The answer to a runahead/status request right after it. */
+  asked?: Status;
   /** The last status seen, for the failure message. */
   last?: Status;
   problems: string[];
@@ -183,11 +185,13 @@ export async function driveServer(modelPath: string, root: string, limits: Limit
   const notePid = () => void (client.status?.pid && enginePids.add(client.status.pid));
   const poll = setInterval(notePid, 10);
   let status: Status | undefined;
+  let asked: Status | undefined;
   try {
     await within(client.initialize(root), limits.answerMs, 'no answer to initialize');
     status = await client.waitStatus((s) => (notePid(), ['error', 'ready', 'degraded'].includes(s.state)), limits.answerMs);
+    asked = await within(client.conn.sendRequest<Status>('runahead/status'), limits.answerMs, 'no answer to runahead/status');
   } catch (err) {
-    problems.push(`no final status within ${limits.answerMs} ms (${err instanceof Error ? err.message.split('\n')[0] : String(err)})`);
+    problems.push(`${status ? 'after the status' : `no final status within ${limits.answerMs} ms`} (${err instanceof Error ? err.message.split('\n')[0] : String(err)})`);
   } finally {
     clearInterval(poll);
     stopWatch();
@@ -198,5 +202,5 @@ export async function driveServer(modelPath: string, root: string, limits: Limit
     }
     for (const pid of enginePids) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
   }
-  return { status, last: client.status, problems, ms: performance.now() - t0, logs: client.logs.slice(-10).join('') };
+  return { status, asked, last: client.status, problems, ms: performance.now() - t0, logs: client.logs.slice(-10).join('') };
 }
