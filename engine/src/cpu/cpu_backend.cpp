@@ -64,7 +64,7 @@ class CpuBackend final : public Backend {
       : w_(std::move(weights)),
         c_(checked_config(*w_)),
         kernels_(select_kernels()),
-        pool_(options.threads > 0 ? options.threads : physical_cores()),
+        pool_(options.threads > 0 ? options.threads : default_threads()),
         capacity_(options.context_length > 0
                       ? options.context_length
                       : std::min(c_.max_position_embeddings > 0 ? c_.max_position_embeddings : 4096,

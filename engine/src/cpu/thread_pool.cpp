@@ -1,8 +1,9 @@
 #include "cpu/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -90,26 +91,40 @@ void ThreadPool::worker(int thread) {
   }
 }
 
-int physical_cores() {
-  std::set<std::string> cores;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/sys/devices/system/cpu", ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind("cpu", 0) != 0 || name.size() < 4 ||
-        name.find_first_not_of("0123456789", 3) != std::string::npos) {
-      continue;
-    }
-    for (const char* file : {"topology/core_cpus_list", "topology/thread_siblings_list"}) {
-      std::ifstream in(entry.path() / file);
-      std::string siblings;
-      if (in && std::getline(in, siblings) && !siblings.empty()) {
-        cores.insert(siblings);
-        break;
-      }
-    }
+namespace {
+
+// The CPUs this process may run on (taskset, cgroup cpusets), or all of them when unknown.
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
   }
-  if (!cores.empty()) return static_cast<int>(cores.size());
-  return std::max(1u, std::thread::hardware_concurrency());
+  if (cpus.empty())
+    for (int cpu = 0; cpu < int(std::max(1u, std::thread::hardware_concurrency())); ++cpu) cpus.push_back(cpu);
+  return cpus;
+}
+
+}  // namespace
+
+int usable_cpus() { return int(allowed_cpus().size()); }
+
+int default_threads() {
+  std::set<std::string> cores;
+  for (int cpu : allowed_cpus()) {
+    const std::string topology = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    std::string siblings;
+    for (const char* file : {"core_cpus_list", "thread_siblings_list"}) {
+      std::ifstream in(topology + file);
+      if (in && std::getline(in, siblings) && !siblings.empty()) break;
+      siblings.clear();
+    }
+    // SMT siblings name the same list, so each physical core is counted once.
+    cores.insert(siblings.empty() ? "cpu" + std::to_string(cpu) : siblings);
+  }
+  return std::max(1, int(cores.size()));
 }
 
 }  // namespace runahead

@@ -179,7 +179,8 @@ ModelConfig parse_config(const json& j, const std::string& file) {
            "head_dim, or hidden_size divisible by num_attention_heads");
   c.head_dim = f.optional_int("head_dim", c.hidden_size / c.num_heads);
   // transformers' defaults for configs that omit these.
-  c.max_position_embeddings = f.optional_int("max_position_embeddings", qwen2 ? 32768 : 2048);
+  c.max_position_embeddings =
+      f.optional_int("max_position_embeddings", qwen2 ? 32768 : 2048, kMinPositionEmbeddings);
   c.rms_norm_eps = f.optional_positive("rms_norm_eps", 1e-6f);
   c.rope_theta = rope_theta(f);
   c.tie_word_embeddings = f.optional_bool("tie_word_embeddings", false);
@@ -194,8 +195,12 @@ ModelConfig parse_config(const json& j, const std::string& file) {
 
 ModelConfig load_config(const std::filesystem::path& model_dir) {
   const std::filesystem::path path = model_dir / "config.json";
-  if (!std::filesystem::is_directory(model_dir))
-    model_error(model_dir.string(), "model", "model folder does not exist", "a Hugging Face model folder");
+  std::error_code ec;  // a loop or an unreadable parent is a problem to name, not to throw
+  if (!std::filesystem::is_directory(model_dir, ec))
+    model_error(model_dir.string(), "model",
+                ec && ec != std::errc::no_such_file_or_directory ? "model folder cannot be read: " + ec.message()
+                                                                 : "model folder does not exist",
+                "a Hugging Face model folder");
   return parse_config(read_json_file(path, "a Hugging Face config.json in the model folder"), path.string());
 }
 

@@ -8,6 +8,9 @@
 
 namespace runahead {
 
+// The fewest positions a model must hold: a FIM prompt and a completion need more than that.
+inline constexpr int kMinPositionEmbeddings = 64;
+
 struct ModelConfig {
   std::string architecture;  // "Qwen2ForCausalLM" or "LlamaForCausalLM"
   int vocab_size = 0;

@@ -1,9 +1,6 @@
 #include "model/safetensors.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model_error.h"
+#include "model/regular_file.h"
+#include "model/weight_mappings.h"
 
 namespace runahead {
 
@@ -137,28 +136,21 @@ std::vector<Tensor> parse_safetensors(const uint8_t* bytes, size_t size, const s
 
 MappedFile::MappedFile(const std::filesystem::path& path) {
   const std::string file = path.string();
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) model_error(file, "", std::string("cannot open: ") + std::strerror(errno), "a readable file");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    model_error(file, "", "is not a regular file", "a readable file");
-  }
-  size_ = static_cast<size_t>(st.st_size);
+  const RegularFile f(path, "a readable safetensors file");
+  size_ = f.size();
   if (size_ > 0) {
     // Read-only and private: the weights stay in the page cache, never copied.
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int err = errno;
-    ::close(fd);
-    if (p == MAP_FAILED) model_error(file, "", std::string("cannot map: ") + std::strerror(err), "a mappable file");
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, f.fd(), 0);
+    if (p == MAP_FAILED) model_error(file, "", std::string("cannot map: ") + std::strerror(errno), "a mappable file");
     data_ = static_cast<const uint8_t*>(p);
-  } else {
-    ::close(fd);
+    guard_ = guard_mapping(data_, size_, file);
   }
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (!data_) return;
+  unguard_mapping(guard_);
+  ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 }  // namespace runahead

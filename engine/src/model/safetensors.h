@@ -31,6 +31,7 @@ class MappedFile {
  private:
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  int guard_ = -1;  // weight_mappings.h slot: a truncation while mapped is an error, not a SIGBUS
 };
 
 // All tensors of a model folder: model.safetensors, or the shards listed in

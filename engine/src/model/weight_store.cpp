@@ -4,6 +4,7 @@
 
 #include "model/json_file.h"
 #include "model/model_error.h"
+#include "model/regular_file.h"
 #include "model/safetensors.h"
 
 namespace runahead {
@@ -42,12 +43,12 @@ std::shared_ptr<WeightStore> WeightStore::open(const std::filesystem::path& mode
 
   std::map<std::string, std::string> weight_map;  // tensor -> shard; empty for one file
   std::vector<std::filesystem::path> shards;
-  if (std::filesystem::exists(index_path)) {
+  if (has_entry(index_path)) {
     weight_map = read_weight_map(index_path);
     std::map<std::string, bool> seen;
     for (const auto& [name, shard] : weight_map)
       if (!seen[shard]) seen[shard] = true, shards.push_back(model_dir / shard);
-  } else if (std::filesystem::exists(single_path)) {
+  } else if (has_entry(single_path)) {
     shards.push_back(single_path);
   } else {
     model_error(single_path.string(), "", "missing: the folder has neither model.safetensors nor "
@@ -57,7 +58,7 @@ std::shared_ptr<WeightStore> WeightStore::open(const std::filesystem::path& mode
 
   for (const auto& path : shards) {
     const std::string file = path.string();
-    if (!std::filesystem::exists(path))
+    if (!has_entry(path))
       model_error(file, "weight_map", "shard listed in " + index_path.filename().string() + " is missing",
                   "every shard named by the index to exist");
     auto map = std::make_unique<MappedFile>(path);

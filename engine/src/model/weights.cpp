@@ -1,7 +1,12 @@
 #include "model/weights.h"
 
+#include <algorithm>
+#include <string_view>
+
+#include "model/finite_scan.h"
 #include "model/layout.h"
 #include "model/model_error.h"
+#include "model/regular_file.h"
 #include "model/safetensors.h"
 
 namespace runahead {
@@ -30,6 +35,32 @@ class WeightBinder {
   std::string where_;  // the file that should have held a missing tensor
 };
 
+namespace {
+
+// Before anything is sized per layer: the files must hold the last layer config.json names,
+// so a num_hidden_layers of 10^6 fails at once instead of allocating gigabytes of tensor
+// slots before the first missing tensor is named.
+void check_layers_present(const ModelConfig& config, const WeightStore& store, const std::string& config_file) {
+  constexpr std::string_view kPrefix = "model.layers.";
+  int64_t layers = 0;  // one past the highest layer index of any tensor
+  for (const auto& [name, tensor] : store.tensors()) {
+    if (!name.starts_with(kPrefix)) continue;
+    int64_t index = 0;
+    size_t i = kPrefix.size();
+    for (; i < name.size() && i < kPrefix.size() + 10 && name[i] >= '0' && name[i] <= '9'; ++i)
+      index = index * 10 + (name[i] - '0');
+    if (i > kPrefix.size()) layers = std::max(layers, index + 1);
+  }
+  if (config.num_layers <= layers) return;
+  model_error(config_file, "num_hidden_layers",
+              "field 'num_hidden_layers' is " + std::to_string(config.num_layers) + " but the safetensors files (" +
+                  std::to_string(store.total_bytes()) + " bytes of tensors) hold " + std::to_string(layers) +
+                  " layers",
+              "the number of model.layers.N in the weights");
+}
+
+}  // namespace
+
 ModelWeights load_model(const std::filesystem::path& dir, const ProgressFn& progress) {
   auto report = [&](const char* stage, int64_t done, int64_t total) {
     if (progress) progress(stage, done, total);
@@ -41,9 +72,10 @@ ModelWeights load_model(const std::filesystem::path& dir, const ProgressFn& prog
   report("mapping", 0, 1);
   std::shared_ptr<WeightStore> store = WeightStore::open(dir);
   report("mapping", 1, 1);
+  check_layers_present(w.config, *store, (dir / "config.json").string());
 
   const auto index = dir / "model.safetensors.index.json";
-  const WeightBinder binder(*store, store->files().size() == 1 && !std::filesystem::exists(index)
+  const WeightBinder binder(*store, store->files().size() == 1 && !has_entry(index)
                                         ? store->files()[0]
                                         : index.string());
   const std::vector<TensorSlot> slots = tensor_slots(w);
@@ -60,6 +92,7 @@ ModelWeights load_model(const std::filesystem::path& dir, const ProgressFn& prog
                   "tensor '" + s.name + "' is " + dtype_name(s.dst->dtype) + " but the embedding is " +
                       dtype_name(w.embed.dtype),
                   "all weight matrices in one dtype");
+  for (const TensorSlot& s : slots) check_finite_sample(*s.dst, binder.file_of(s.name));
   finish_weights(w, slots);
   w.storage = store;
   return w;

@@ -33,6 +33,19 @@ const nlohmann::json& required_field(const nlohmann::json& object, const char* k
   return *value;
 }
 
+void only_known_keys(const nlohmann::json& object, const std::string& path, std::initializer_list<const char*> known,
+                     const char* what) {
+  for (const auto& [key, value] : object.items()) {
+    bool found = false;
+    for (const char* k : known) found |= key == k;
+    if (found) continue;
+    std::string list;
+    for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+    const std::string field = path.empty() ? key : path + "." + key;
+    throw EngineError("bad_request", field + ": unknown " + what + "; known: " + list, {}, field, "one of " + list);
+  }
+}
+
 int64_t as_int(const nlohmann::json& value, const std::string& path, int64_t min, int64_t max) {
   if (value.is_number_unsigned()) {
     const uint64_t u = value.get<uint64_t>();

@@ -3,6 +3,7 @@
 // `field` is the dotted path ("params.max_tokens", "prompt[3]") and whose `expected`
 // says what would have been accepted.
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,11 @@ namespace runahead {
 const nlohmann::json* optional_field(const nlohmann::json& object, const char* key);
 // The member `key` of `object`; throws naming `path` when it is absent or null.
 const nlohmann::json& required_field(const nlohmann::json& object, const char* key, const std::string& path);
+
+// Refuses a member of `object` whose key is not in `known` (a misspelt option would otherwise be
+// ignored in silence): field "<path>.<key>", message "unknown <what>; known: a, b, ...".
+void only_known_keys(const nlohmann::json& object, const std::string& path, std::initializer_list<const char*> known,
+                     const char* what);
 
 int64_t as_int(const nlohmann::json& value, const std::string& path, int64_t min, int64_t max);
 uint64_t as_uint64(const nlohmann::json& value, const std::string& path);

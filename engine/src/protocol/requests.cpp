@@ -69,6 +69,10 @@ LoadRequest parse_load(const json& request) {
   const json* options = optional_field(request, "options");
   if (!options) return load;
   as_object(*options, "options");
+  only_known_keys(*options, "options",
+                  {"backend", "threads", "context_length", "newline_tokens", "speculation", "max_draft", "draft_model",
+                   "adaptive_depth"},
+                  "option");
   if (const json* v = optional_field(*options, "backend")) {
     load.options.backend = as_string(*v, "options.backend");
     if (load.options.backend != "auto" && load.options.backend != "cpu" && load.options.backend != "cuda")
@@ -110,6 +114,9 @@ GenerateRequest parse_generate(const json& request) {
   const json* params = optional_field(request, "params");
   if (!params) return g;
   as_object(*params, "params");
+  only_known_keys(*params, "params",
+                  {"max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "deadline_ms", "hard_deadline_ms"},
+                  "parameter");
   if (const json* v = optional_field(*params, "max_tokens"))
     g.max_tokens = static_cast<int>(as_int(*v, "params.max_tokens", 0, kMaxInt32));
   if (const json* v = optional_field(*params, "temperature"))
@@ -144,6 +151,9 @@ Request parse_request(std::string_view line) {
     if (type.needs_id && id.is_null())
       throw EngineError("bad_request", std::string("id: missing; a ") + type.name + " request needs one", {}, "id",
                         "a string or a number");
+    if (type.type == RequestType::Load) only_known_keys(j, "", {"type", "id", "model", "options"}, "request field");
+    else if (type.type == RequestType::Generate) only_known_keys(j, "", {"type", "id", "prompt", "params"}, "request field");
+    else only_known_keys(j, "", {"type", "id"}, "request field");
     Request request{type.type, id, {}};
     if (type.type == RequestType::Load) request.body = parse_load(j);
     if (type.type == RequestType::Generate) request.body = parse_generate(j);

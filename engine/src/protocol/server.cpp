@@ -1,10 +1,14 @@
 #include "protocol/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
 
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "protocol/line_reader.h"
 #include "protocol/messages.h"
@@ -22,6 +26,14 @@ int64_t rss_bytes() {
 
 EngineError internal_error(const std::exception& e) {
   return EngineError("internal", std::string("internal error: ") + e.what());
+}
+
+// Gives the memory of freed prompts back to the system once nothing is queued: glibc keeps
+// freed heap otherwise, and cancelled megabyte prompts would stay in the RSS.
+void release_free_memory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
 }
 
 }  // namespace
@@ -106,10 +118,42 @@ void Server::enqueue(Request request) {
       }
       ++loads_pending_;
     }
-    if (request.type == RequestType::Generate) ++requests_;
+    if (request.type == RequestType::Generate) {
+      ++requests_;
+      if (const auto refused = refuse_generation(std::get<GenerateRequest>(request.body))) {
+        out_.write(error_message(*refused, request.id));
+        finished(request.id);
+        return;
+      }
+      ++queued_generations_;
+    }
     queue_.push_back(Job{std::move(request)});
   }
   wake_.notify_one();
+}
+
+std::optional<EngineError> Server::refuse_generation(const GenerateRequest& request) const {
+  if (queued_generations_ >= kMaxQueuedGenerations)
+    return EngineError("queue_full",
+                       "generate: " + std::to_string(queued_generations_) +
+                           " generations are already queued; cancel one or wait for its done",
+                       {}, {}, "at most " + std::to_string(kMaxQueuedGenerations) + " queued generations");
+  // Checked again when it runs; refusing now keeps a prompt that cannot run out of the queue.
+  if (!model_.empty() && loads_pending_ == 0 && int64_t(request.prompt.size()) > context_length_)
+    return EngineError("context_overflow",
+                       "prompt: " + std::to_string(request.prompt.size()) + " tokens do not fit the context of " +
+                           std::to_string(context_length_),
+                       {}, "prompt", "at most " + std::to_string(context_length_) + " tokens");
+  return std::nullopt;
+}
+
+void Server::finished(const nlohmann::json& id) {
+  finished_.push_back(id);
+  if (finished_.size() > kRecentlyFinished) finished_.pop_front();
+}
+
+bool Server::recently_finished(const nlohmann::json& id) const {
+  return std::find(finished_.begin(), finished_.end(), id) != finished_.end();
 }
 
 void Server::send_cancelled(const Job& job) {
@@ -122,6 +166,8 @@ std::vector<Server::Job> Server::take_queued_generations(const nlohmann::json* i
   std::vector<Job> taken;
   for (auto it = queue_.begin(); it != queue_.end();) {
     if (it->request.type == RequestType::Generate && (!id || it->request.id == *id)) {
+      finished(it->request.id);
+      --queued_generations_;
       taken.push_back(std::move(*it));
       it = queue_.erase(it);
     } else {
@@ -133,17 +179,25 @@ std::vector<Server::Job> Server::take_queued_generations(const nlohmann::json* i
 
 void Server::cancel(const nlohmann::json& id) {
   std::vector<Job> removed;
-  bool found = false;
+  bool found = false, ended = false, idle = false;
   {
     std::lock_guard lock(mutex_);
+    ended = recently_finished(id);  // before taking: those taken now are recorded as ended too
     removed = take_queued_generations(&id);
     if (running_ && running_->request.type == RequestType::Generate && running_->request.id == id) {
       running_->cancel->store(true);
       found = true;
     }
+    idle = queue_.empty();
   }
   for (const Job& job : removed) send_cancelled(job);
-  if (!found && removed.empty())
+  const bool took = !removed.empty();
+  if (took && idle) {
+    removed.clear();
+    release_free_memory();
+  }
+  // A cancel that crossed the generation's final message on the way is no error.
+  if (!found && !took && !ended)
     out_.write(error_message(EngineError("unknown_request", "cancel: no generation " + id.dump() +
                                                                 " is running or queued",
                                          {}, "id", "the id of a running or queued generate"),
@@ -184,11 +238,13 @@ void Server::work() {
       if (queue_.empty()) return;
       job = std::make_shared<const Job>(std::move(queue_.front()));
       queue_.pop_front();
+      if (job->request.type == RequestType::Generate) --queued_generations_;
       running_ = job;
     }
     // The final message goes out only after the state is updated, so a client that
     // reacts to it at once (a new load, a stats request) sees the request as finished.
     nlohmann::json final;
+    bool idle = false;
     try {
       switch (job->request.type) {
         case RequestType::Load: final = run_load(*job); break;
@@ -198,19 +254,26 @@ void Server::work() {
       }
     } catch (const EngineError& e) {
       final = error_message(e, job->request.id);
+      // A generation fails with model_error only when a weight file changed under it: that
+      // model cannot be trusted any more, and the client reloads it.
+      if (job->request.type == RequestType::Generate && e.code == "model_error") forget_model();
     } catch (const std::exception& e) {
       final = error_message(internal_error(e), job->request.id);
     }
     {
       std::lock_guard lock(mutex_);
       if (job->request.type == RequestType::Load) --loads_pending_;
+      if (job->request.type == RequestType::Generate) finished(job->request.id);
       if (session_) {
         kv_tokens_ = static_cast<int>(session_->generator().cached_tokens().size());
         context_length_ = session_->backend().context_length();
       }
       running_.reset();
+      idle = queue_.empty();
     }
     if (!final.is_null()) out_.write(final);
+    job.reset();
+    if (idle) release_free_memory();
   }
 }
 

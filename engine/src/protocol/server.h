@@ -8,6 +8,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +18,13 @@
 #include "runtime/session.h"
 
 namespace runahead {
+
+// Generations waiting behind the running one: one more is refused with queue_full, so a
+// client that floods the engine learns it at once and queued prompts cannot grow without bound.
+inline constexpr size_t kMaxQueuedGenerations = 8;
+// Generations remembered after they end, so that a cancel which crossed their final message
+// is ignored instead of answered with unknown_request.
+inline constexpr size_t kRecentlyFinished = 64;
 
 class Server {
  public:
@@ -37,6 +45,12 @@ class Server {
   // Shutdown: the running and queued generations end cancelled; queued loads and unloads still run.
   void cancel_all();
   void send_cancelled(const Job& job);
+  // mutex_ held: why a generation cannot be queued (queue_full, or a prompt longer than the
+  // loaded model's context while no load is pending), or nothing.
+  std::optional<EngineError> refuse_generation(const GenerateRequest& request) const;
+  // mutex_ held: remembers a generation that ended, for cancel.
+  void finished(const nlohmann::json& id);
+  bool recently_finished(const nlohmann::json& id) const;
   // Removes the queued generations with this id (all of them for nullptr); mutex_ held.
   std::vector<Job> take_queued_generations(const nlohmann::json* id);
   nlohmann::json stats_message();
@@ -54,6 +68,8 @@ class Server {
   std::mutex mutex_;  // guards everything below up to the worker's own state
   std::condition_variable wake_;
   std::deque<Job> queue_;
+  size_t queued_generations_ = 0;
+  std::deque<nlohmann::json> finished_;  // the last kRecentlyFinished generation ids, oldest first
   std::shared_ptr<const Job> running_;
   bool closing_ = false;
   int loads_pending_ = 0;  // queued or running

@@ -1,13 +1,25 @@
 #include "runtime/generator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "model/error.h"
+#include "model/weight_mappings.h"
 
 namespace runahead {
 
 namespace {
+
+// A non-finite logit (activations that overflowed, damaged weights) would be sampled as some
+// token, or ends the request with nothing: say so instead.
+int32_t checked_token(std::span<const float> row, int32_t token) {
+  if (!std::isfinite(row[size_t(token)]))
+    throw EngineError("numeric_error",
+                      "the model computed non-finite logits (NaN or Inf); its weights or dtype may be broken", {},
+                      {}, "finite logits");
+  return token;
+}
 
 double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -84,7 +96,7 @@ Generator::Step Generator::decode_step(int32_t pending, Sampler& sampler, int bu
   }
   const int32_t one[1] = {pending};
   forward(one, 1);
-  return Step{{sampler.sample(logits_)}, 0, 0};
+  return Step{{checked_token(logits_, sampler.sample(logits_))}, 0, 0};
 }
 
 GenerateResult Generator::generate(const GenerateRequest& request, const TokenSink& sink,
@@ -120,7 +132,8 @@ GenerateResult Generator::generate(const GenerateRequest& request, const TokenSi
     } else if (request.max_tokens <= 0) {
       result.finish = FinishReason::Length;  // a prefill alone warms the cache for the next request
     } else {
-      std::vector<int32_t> candidates{sampler.sample(logits_)};
+      check_mappings_intact();
+      std::vector<int32_t> candidates{checked_token(logits_, sampler.sample(logits_))};
       auto step_start = start;  // the first token's time is the time to first token
       double decode_ms = 0;
       int produced_by_steps = 0;
@@ -129,6 +142,7 @@ GenerateResult Generator::generate(const GenerateRequest& request, const TokenSi
       // Judges the tokens a step produced, hands those of the output to the sink (the step's
       // time split between them) and says whether another step may start.
       const auto take = [&](std::span<const int32_t> tokens, double step_ms, double now_ms) {
+        check_mappings_intact();  // a step over zero pages of a cut weight file emits nothing
         out.clear();
         for (int32_t token : tokens) {
           const auto verdict = stop.judge(token, stats.tokens + static_cast<int>(out.size()), now_ms);

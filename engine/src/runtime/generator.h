@@ -61,7 +61,9 @@ class Generator {
   Generator(Backend& backend, GeneratorOptions options);
 
   // Throws EngineError: "bad_request" (empty prompt, token id outside the vocabulary),
-  // "context_overflow" (prompt longer than the context), both before any work.
+  // "context_overflow" (prompt longer than the context), both before any work;
+  // "numeric_error" when a sampled token's logit is NaN or Inf; "model_error" when a weight
+  // file was truncated while mapped (model/weight_mappings.h).
   GenerateResult generate(const GenerateRequest& request, const TokenSink& sink,
                           const std::atomic<bool>& cancel);
 

@@ -1,12 +1,12 @@
 #include "runtime/newline_tokens.h"
 
 #include <algorithm>
-#include <fstream>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
-#include "model/error.h"
+#include "model/json_file.h"
+#include "model/model_error.h"
 
 namespace runahead {
 
@@ -19,29 +19,38 @@ bool spells_newline(std::string_view token) {
 
 }  // namespace
 
-std::vector<int32_t> newline_tokens_from_tokenizer(const std::filesystem::path& tokenizer_json) {
+std::vector<int32_t> newline_tokens_from_tokenizer(const std::filesystem::path& tokenizer_json, int vocab_size) {
   const std::string file = tokenizer_json.string();
-  std::ifstream in(tokenizer_json, std::ios::binary);
-  if (!in) throw EngineError("model_error", file + ": cannot be opened", file, {}, "a readable tokenizer.json");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    throw EngineError("model_error", file + ": not a JSON object", file, {}, "a JSON object");
+  const nlohmann::json j = read_json_file(tokenizer_json, "a Hugging Face tokenizer.json");
+  if (!j.is_object()) model_error(file, "", "is a JSON " + std::string(j.type_name()), "a JSON object");
+
+  // An id the model has no row for would fail every completion that meets it: refuse it now.
+  const std::string in_vocab = "an id in [0, " + std::to_string(vocab_size) + "), vocab_size of config.json";
+  const auto checked_id = [&](const nlohmann::json& id, const std::string& field) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size)
+      model_error(file, field, field + " is " + id.dump(), in_vocab);
+    return id.get<int32_t>();
+  };
 
   std::vector<int32_t> ids;
   const nlohmann::json* vocab = nullptr;
   if (auto model = j.find("model"); model != j.end() && model->is_object())
     if (auto v = model->find("vocab"); v != model->end() && v->is_object()) vocab = &*v;
   if (!vocab)
-    throw EngineError("model_error", file + ": model.vocab is missing or not an object", file, "model.vocab",
-                      "an object mapping token strings to ids");
-  for (const auto& [token, id] : vocab->items())
-    if (id.is_number_integer() && spells_newline(token)) ids.push_back(id.get<int32_t>());
+    model_error(file, "model.vocab", "model.vocab is missing or not an object", "an object mapping token strings to ids");
+  for (const auto& [token, id] : vocab->items()) {
+    const int32_t checked = checked_id(id, "model.vocab[" + nlohmann::json(token).dump() + "]");
+    if (spells_newline(token)) ids.push_back(checked);
+  }
 
   if (auto added = j.find("added_tokens"); added != j.end() && added->is_array())
-    for (const auto& t : *added)
-      if (t.is_object() && t.value("content", nlohmann::json()).is_string() &&
-          t.value("id", nlohmann::json()).is_number_integer() && spells_newline(t["content"].get<std::string>()))
-        ids.push_back(t["id"].get<int32_t>());
+    for (size_t i = 0; i < added->size(); ++i) {
+      const nlohmann::json& t = (*added)[i];
+      if (!t.is_object()) continue;
+      const int32_t id = checked_id(t.value("id", nlohmann::json()), "added_tokens[" + std::to_string(i) + "].id");
+      const nlohmann::json content = t.value("content", nlohmann::json());
+      if (content.is_string() && spells_newline(content.get<std::string>())) ids.push_back(id);
+    }
 
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());

@@ -9,7 +9,8 @@ namespace runahead {
 
 // Byte-level BPE spells "\n" as "Ċ"; SentencePiece byte fallback as "<0x0A>". Scans
 // model.vocab and added_tokens. Returns sorted ids; throws EngineError{"model_error"}
-// naming the file and field when the file is not a tokenizer.json.
-std::vector<int32_t> newline_tokens_from_tokenizer(const std::filesystem::path& tokenizer_json);
+// naming the file and field when the file is not a tokenizer.json or holds an id outside
+// [0, vocab_size).
+std::vector<int32_t> newline_tokens_from_tokenizer(const std::filesystem::path& tokenizer_json, int vocab_size);
 
 }  // namespace runahead

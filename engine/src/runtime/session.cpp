@@ -4,7 +4,12 @@
 #include <filesystem>
 #include <iostream>
 
+#include <unistd.h>
+
+#include "cpu/thread_pool.h"
 #include "model/error.h"
+#include "model/regular_file.h"
+#include "model/weight_mappings.h"
 #include "runtime/newline_tokens.h"
 #include "runtime/speculative.h"
 
@@ -17,6 +22,7 @@ namespace runahead {
 namespace {
 
 constexpr std::string_view kRandomPrefix = "random:";
+constexpr int kDefaultContext = 4096;
 
 // The backend `requested` names on this machine ("auto": CUDA when built and a device is
 // usable, else the CPU), checked before any loading work starts.
@@ -55,16 +61,60 @@ std::string lowercase(std::string s) {
   return s;
 }
 
-std::vector<int32_t> newline_tokens_for(const std::string& model, const LoadOptions& options) {
+std::vector<int32_t> newline_tokens_for(const std::string& model, const LoadOptions& options, int vocab_size) {
   if (options.newline_tokens) return *options.newline_tokens;
   if (model.starts_with(kRandomPrefix)) return {};
   const auto tokenizer = std::filesystem::path(model) / "tokenizer.json";
-  if (!std::filesystem::exists(tokenizer)) {
+  if (!has_entry(tokenizer)) {
     std::cerr << "runahead-engine: " << tokenizer.string()
               << " not found: the soft deadline cannot end at a newline, only the hard deadline applies\n";
     return {};
   }
-  return newline_tokens_from_tokenizer(tokenizer);
+  return newline_tokens_from_tokenizer(tokenizer, vocab_size);
+}
+
+// The KV capacity: 0 asks for min(model maximum, 4096); more than the model's maximum is
+// capped to it (positions past it were never trained), with a warning.
+int context_for(const ModelConfig& config, int requested, std::vector<std::string>& warnings) {
+  const int model_max = config.max_position_embeddings;
+  if (requested == 0) return std::min(model_max, kDefaultContext);
+  if (requested <= model_max) return requested;
+  warnings.push_back("options.context_length " + std::to_string(requested) +
+                     " is above the model's max_position_embeddings; capped to " + std::to_string(model_max));
+  return model_max;
+}
+
+// More threads than CPUs to run them on only take turns (1024 threads cost 1000x per token).
+int threads_for(int requested, std::vector<std::string>& warnings) {
+  const int cpus = usable_cpus();
+  if (requested <= cpus) return requested;
+  warnings.push_back("options.threads " + std::to_string(requested) + " is more than the " + std::to_string(cpus) +
+                     " CPUs this process may run on; capped to " + std::to_string(cpus));
+  return cpus;
+}
+
+// The CPU backend's KV cache is f32 in host memory: a context that cannot fit is refused
+// before it is allocated, naming the option.
+void check_kv_fits(const ModelConfig& config, int context) {
+  const unsigned __int128 bytes = static_cast<unsigned __int128>(2) * uint64_t(config.num_layers) * uint64_t(context) *
+                                  uint64_t(config.num_kv_heads) * uint64_t(config.head_dim) * sizeof(float);
+  const uint64_t memory = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
+  if (bytes > memory)
+    throw EngineError("bad_request",
+                      "options.context_length: a KV cache of " + std::to_string(context) + " positions needs " +
+                          (bytes > UINT64_MAX ? std::string("more than 2^64") : std::to_string(uint64_t(bytes))) +
+                          " bytes, more than this machine's " + std::to_string(memory),
+                      {}, "options.context_length", "a context whose KV cache fits in memory");
+}
+
+// An allocation that failed while loading, as an error naming what asked for the memory.
+EngineError out_of_memory(const std::string& model, const LoadOptions& options, int context, const char* what) {
+  const std::string problem = std::string("not enough memory (") + what + ") for the model with a context of " +
+                              std::to_string(context) + " positions";
+  if (options.context_length > 0)
+    return EngineError("bad_request", "options.context_length: " + problem, {}, "options.context_length",
+                       "a smaller context, or a machine with more memory");
+  return EngineError("model_error", model + ": " + problem, model, {}, "a model that fits in memory");
 }
 
 }  // namespace
@@ -80,7 +130,20 @@ const std::vector<std::string>& built_backends() {
 
 std::unique_ptr<Session> Session::open(const std::string& model, const LoadOptions& options,
                                        const ProgressFn& progress) {
-  const BackendFactory make_backend = backend_factory(resolve_backend(options.backend));
+  int context = options.context_length;
+  try {
+    return open_checked(model, options, progress, context);
+  } catch (const std::bad_alloc& e) {
+    throw out_of_memory(model, options, context, e.what());
+  } catch (const std::length_error& e) {
+    throw out_of_memory(model, options, context, e.what());
+  }
+}
+
+std::unique_ptr<Session> Session::open_checked(const std::string& model, const LoadOptions& options,
+                                               const ProgressFn& progress, int& context) {
+  const std::string backend = resolve_backend(options.backend);
+  const BackendFactory make_backend = backend_factory(backend);
 
   auto session = std::unique_ptr<Session>(new Session());
   session->model_ = model;
@@ -88,9 +151,12 @@ std::unique_ptr<Session> Session::open(const std::string& model, const LoadOptio
       model.starts_with(kRandomPrefix) ? random_model(model.substr(kRandomPrefix.size()))
                                        : load_model(model, progress));
   const ModelConfig& config = session->weights_->config;
-  const std::vector<int32_t> newline_ids = newline_tokens_for(model, options);
+  const std::vector<int32_t> newline_ids = newline_tokens_for(model, options, config.vocab_size);
 
-  const BackendOptions backend_options{options.threads, options.context_length};
+  std::vector<std::string> warnings;
+  context = context_for(config, options.context_length, warnings);
+  if (backend == "cpu") check_kv_fits(config, context);
+  const BackendOptions backend_options{threads_for(options.threads, warnings), context};
   session->backend_ = make_backend(session->weights_, backend_options);
   nlohmann::json speculation;
   session->speculator_ = open_speculator(*session->backend_, session->weights_, model, options.speculation,
@@ -99,12 +165,14 @@ std::unique_ptr<Session> Session::open(const std::string& model, const LoadOptio
       *session->backend_, GeneratorOptions{.eos_ids = config.eos_token_ids,
                                            .newline_ids = newline_ids,
                                            .speculator = session->speculator_.get()});
+  check_mappings_intact();  // the backend read the weights: a file cut meanwhile shows now
 
   const nlohmann::json described = session->backend_->describe();
   nlohmann::json optimizations = described.is_object() ? described.value("optimizations", nlohmann::json::object())
                                                        : nlohmann::json::object();
   optimizations["prefix_reuse"] = true;
   const ModelWeights& w = *session->weights_;
+  for (const std::string& warning : warnings) std::cerr << "runahead-engine: warning: " << warning << "\n";
   session->report_ = {
       {"architecture", config.architecture},
       {"model", model},
@@ -112,13 +180,14 @@ std::unique_ptr<Session> Session::open(const std::string& model, const LoadOptio
       {"weight_bytes", w.weight_bytes},
       {"dtype", lowercase(dtype_name(w.dtype))},
       {"backend", session->backend_->name()},
-      {"threads", described.is_object() ? described.value("threads", options.threads) : options.threads},
+      {"threads", described.is_object() ? described.value("threads", backend_options.threads) : backend_options.threads},
       {"context_length", session->backend_->context_length()},
       {"vocab_size", config.vocab_size},
       {"layers", config.num_layers},
       {"newline_tokens", newline_ids.size()},
       {"optimizations", optimizations},
       {"speculation", speculation},
+      {"warnings", warnings},
   };
   return session;
 }

@@ -31,7 +31,10 @@ class Session {
  public:
   // `model` is a model folder or "random:<shape>". Throws EngineError: "model_error"
   // from the loader, "bad_request" (field options.backend) for a backend this build lacks,
-  // either of them from open_speculator for a speculation mode that cannot be active.
+  // either of them from open_speculator for a speculation mode that cannot be active, and
+  // for memory that cannot be allocated (bad_request naming options.context_length when it
+  // was given). A context above the model's maximum and more threads than usable CPUs are
+  // capped, with a line in the report's `warnings`.
   static std::unique_ptr<Session> open(const std::string& model, const LoadOptions& options,
                                        const ProgressFn& progress = {});
 
@@ -42,6 +45,9 @@ class Session {
   const nlohmann::json& report() const { return report_; }
 
  private:
+  static std::unique_ptr<Session> open_checked(const std::string& model, const LoadOptions& options,
+                                               const ProgressFn& progress, int& context);
+
   std::string model_;
   std::shared_ptr<const ModelWeights> weights_;
   // Declared in the order they depend on each other, so they are destroyed in reverse.

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "model/error.h"
+#include "model/regular_file.h"
 #include "runtime/drafters/draft_model.h"
 #include "runtime/drafters/lookup.h"
 #include "runtime/drafters/mtp.h"
@@ -44,7 +45,7 @@ std::unique_ptr<Speculator> open_speculator(Backend& target, std::shared_ptr<con
   if (mode == "lookup" || mode == "auto") drafters.push_back(std::make_unique<LookupDrafter>());
 
   if (mode == "mtp" || mode == "auto") {
-    if (folder && fs::exists(mtp_file)) {
+    if (folder && has_entry(mtp_file)) {
       try {
         target.keep_all_hidden(true);  // the head reads every position's hidden state
         drafters.push_back(std::make_unique<MtpDrafter>(load_mtp(mtp_file, weights), weights, make_backend, backend_options));
@@ -66,7 +67,7 @@ std::unique_ptr<Speculator> open_speculator(Backend& target, std::shared_ptr<con
   if (mode == "draft" || mode == "auto") {
     const bool asked = mode == "draft" || !options.draft_model.empty();
     if (folder || !options.draft_model.empty()) {
-      if (fs::exists(draft_dir / "config.json")) {
+      if (has_entry(draft_dir / "config.json")) {
         drafters.push_back(std::make_unique<DraftModelDrafter>(load_draft_model(draft_dir, *weights), make_backend,
                                                                backend_options));
       } else if (asked) {

@@ -2,21 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <sstream>
-
 #include "model/model_error.h"
+#include "model/regular_file.h"
 
 namespace runahead {
 
 namespace {
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 constexpr int kChunk = 512;  // catch-up forwards, as the target's prefill
 
@@ -32,7 +23,8 @@ std::shared_ptr<const ModelWeights> load_draft_model(const std::filesystem::path
                     std::to_string(target.config.vocab_size),
                 "a draft model with the target's tokenizer");
   const std::filesystem::path mine = dir / "tokenizer.json", theirs = std::filesystem::path(target.source) / "tokenizer.json";
-  if (std::filesystem::exists(mine) && std::filesystem::exists(theirs) && read_file(mine) != read_file(theirs))
+  const std::string tokenizer = "a Hugging Face tokenizer.json";
+  if (has_entry(mine) && has_entry(theirs) && read_whole_file(mine, tokenizer) != read_whole_file(theirs, tokenizer))
     model_error(mine.string(), "tokenizer.json", "the draft model's tokenizer.json differs from the target's (" + theirs.string() + ")",
                 "a draft model with the target's tokenizer");
   return std::make_shared<ModelWeights>(load_model(dir));
