@@ -1,98 +1,74 @@
 // The Runahead language server: LSP over stdio (`node dist/server.js --stdio`)
-// or Node IPC (VS Code). Serves textDocument/inlineCompletion from the engine,
-// and sends runahead/status and runahead/metrics notifications.
-import { basename, relative } from 'node:path';
+// or Node IPC (VS Code). A thin front end over the server's state (runahead.ts):
+// serves textDocument/inlineCompletion through the Completer, feeds it the
+// documents, and sends runahead/status and runahead/metrics notifications.
+import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   createConnection,
   ProposedFeatures,
   TextDocuments,
   TextDocumentSyncKind,
+  type CancellationToken,
   type InitializeParams,
   type InitializeResult,
-  type WorkspaceFolder,
+  type InlineCompletionList,
+  type InlineCompletionParams,
 } from 'vscode-languageserver/node';
 import { TextDocument } from 'vscode-languageserver-textdocument';
-import { EngineSupervisor, type EngineStatus } from './engine/supervisor';
-import { ModelState } from './model/modelState';
-import { RecentChunks } from './completion/contextChunks';
-import { CompletionPipeline } from './completion/pipeline';
+import type { CompletionInput } from './completion/completer';
+import type { Log } from './log';
 import { METRICS_NOTIFICATION, STATUS_NOTIFICATION } from './metrics';
-import { readSettings, type Settings } from './settings';
+import { Runahead } from './runahead';
+import { readSettings } from './settings';
 
 const connection = createConnection(ProposedFeatures.all);
 const documents = new TextDocuments(TextDocument);
 
-let settings: Settings = readSettings({});
-let folders: WorkspaceFolder[] = [];
-
-const log = (level: 'info' | 'warn' | 'error', line: string) => {
+const log: Log = (level, line) => {
   if (level === 'error') connection.console.error(line);
   else if (level === 'warn') connection.console.warn(line);
   else connection.console.info(line);
 };
 
-const supervisor = new EngineSupervisor(log);
-const model = new ModelState(log);
-const recent = new RecentChunks();
-const cursorLine = new Map<string, number>();
+const runahead = new Runahead(log, (status) => void connection.sendNotification(STATUS_NOTIFICATION, status));
 
-const sendStatus = () => void connection.sendNotification(STATUS_NOTIFICATION, status());
-
-/** The model folder changed, or broke under the engine: read it again and reload the engine. */
-function reloadModel(reason: string): void {
-  log('info', `reloading the model: ${reason}`);
-  pipeline.cancelAll();
-  void model.load(settings.modelPath, true);
-  void supervisor.restart(reason);
-}
-model.on('changed', sendStatus);
-model.on('folderChanged', (what: string) => reloadModel(what));
-// The supervisor restarts the engine itself; the server's copy of the model (tokenizer) is read again.
-supervisor.on('modelError', (message: string) => {
-  log('info', `reading the model again: the engine reported ${message}`);
-  void model.load(settings.modelPath, true);
-});
-
-/** The status the client shows: the engine's, unless the server's read of the model folder is still running or failed. */
-function status(): EngineStatus & { enabled: boolean; fimOrder?: string } {
-  const s = supervisor.status;
-  const base = { ...s, enabled: settings.enabled, fimOrder: model.context?.info.fimOrder };
-  if (s.state === 'error') return base;
-  if (model.problem) return { ...base, state: 'error', message: model.problem };
-  if (model.loading) return { ...base, state: 'loading', message: `reading ${model.path}` };
-  return base;
+/** The Completer's input for an LSP request, with its cancellation as an AbortSignal. */
+function completionInput(params: InlineCompletionParams, doc: TextDocument, signal: AbortSignal): CompletionInput {
+  const sel = params.context.selectedCompletionInfo;
+  return {
+    uri: doc.uri,
+    text: doc.getText(),
+    offset: doc.offsetAt(params.position),
+    languageId: doc.languageId,
+    ...runahead.workspace.describe(doc.uri),
+    selected: sel && { from: doc.offsetAt(sel.range.start), to: doc.offsetAt(sel.range.end), text: sel.text },
+    trigger: params.context.triggerKind === 1 ? 'invoked' : 'automatic',
+    context: runahead.workspace.contextFor(doc.uri),
+    signal,
+  };
 }
 
-function describe(uri: string): { path: string; repoName?: string } {
-  const file = uri.startsWith('file:') ? fileURLToPath(uri) : uri;
-  const folder = folders.find((f) => uri.startsWith(f.uri.endsWith('/') ? f.uri : `${f.uri}/`));
-  if (!folder) return { path: basename(file) };
-  return { path: relative(fileURLToPath(folder.uri), file), repoName: folder.name };
-}
-
-const pipeline = new CompletionPipeline({
-  document: (uri) => documents.get(uri),
-  supervisor,
-  model: () => model.context,
-  settings: () => settings,
-  recent,
-  describe,
-  metrics: (m) => void connection.sendNotification(METRICS_NOTIFICATION, m),
-  log,
-});
-
-function applySettings(raw: unknown): void {
-  const r = raw as { runahead?: unknown } | undefined;
-  settings = readSettings(r && typeof r === 'object' && 'runahead' in r ? r.runahead : raw, settings);
-  void model.load(settings.modelPath);
-  supervisor.configure(settings);
-  sendStatus();
+async function inlineCompletion(params: InlineCompletionParams, token: CancellationToken): Promise<InlineCompletionList | null> {
+  runahead.workspace.cursorAt(params.textDocument.uri, params.position.line);
+  const doc = documents.get(params.textDocument.uri);
+  if (!doc) return null;
+  const abort = new AbortController();
+  const sub = token.onCancellationRequested(() => abort.abort());
+  if (token.isCancellationRequested) abort.abort();
+  try {
+    const result = await runahead.completer.complete(completionInput(params, doc, abort.signal));
+    if (result.metrics) void connection.sendNotification(METRICS_NOTIFICATION, result.metrics);
+    if (result.text.length === 0) return null;
+    return { items: [{ insertText: result.text, range: { start: doc.positionAt(result.from), end: doc.positionAt(result.to) } }] };
+  } finally {
+    sub.dispose();
+  }
 }
 
 connection.onInitialize((params: InitializeParams): InitializeResult => {
-  folders = params.workspaceFolders ?? (params.rootUri ? [{ uri: params.rootUri, name: basename(fileURLToPath(params.rootUri)) }] : []);
-  settings = readSettings((params.initializationOptions as { settings?: unknown } | undefined)?.settings ?? params.initializationOptions);
+  runahead.workspace.folders = params.workspaceFolders ?? (params.rootUri ? [{ uri: params.rootUri, name: basename(fileURLToPath(params.rootUri)) }] : []);
+  runahead.settings = readSettings((params.initializationOptions as { settings?: unknown } | undefined)?.settings ?? params.initializationOptions);
   return {
     capabilities: {
       textDocumentSync: TextDocumentSyncKind.Incremental,
@@ -102,32 +78,25 @@ connection.onInitialize((params: InitializeParams): InitializeResult => {
   };
 });
 
-connection.onInitialized(() => {
-  supervisor.on('status', sendStatus);
-  void model.load(settings.modelPath);
-  supervisor.configure(settings);
-});
+// The source starts once the client is initialized (its status notifications may flow then).
+connection.onInitialized(() => runahead.configure(runahead.settings));
 
-connection.onDidChangeConfiguration((params) => applySettings(params.settings));
-connection.onRequest('runahead/restartEngine', async () => {
-  pipeline.cancelAll();
-  // Read the model folder again too: it may have been fixed or replaced.
-  await Promise.all([model.load(settings.modelPath, true), supervisor.restart()]);
-  return status();
+connection.onDidChangeConfiguration((params) => {
+  const raw = params.settings as { runahead?: unknown } | undefined;
+  runahead.configure(readSettings(raw && typeof raw === 'object' && 'runahead' in raw ? raw.runahead : raw, runahead.settings));
 });
-connection.onRequest('runahead/status', () => status());
+connection.onRequest('runahead/restartEngine', () => runahead.restart());
+connection.onRequest('runahead/status', () => runahead.status());
 // Memory of the server and the engine's own counters (memory, requests, busy),
 // for the reliability bench and diagnostics. Collects garbage first when node
 // runs with --expose-gc, so heap numbers compare.
-connection.onRequest('runahead/stats', async () => {
+connection.onRequest('runahead/stats', () => {
   (globalThis as { gc?: () => void }).gc?.();
-  const conn = await supervisor.ready(0);
-  return { server: process.memoryUsage(), completions: pipeline.counters, engine: conn ? await conn.stats().catch(() => null) : null };
+  return runahead.stats();
 });
 connection.languages.inlineCompletion.on(async (params, token) => {
-  cursorLine.set(params.textDocument.uri, params.position.line);
   try {
-    return await pipeline.complete(params, token);
+    return await inlineCompletion(params, token);
   } catch (err) {
     // A bug in a stage costs this completion, never an error dialog in the editor.
     log('error', `completion failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
@@ -135,30 +104,16 @@ connection.languages.inlineCompletion.on(async (params, token) => {
   }
 });
 
-documents.onDidOpen((e) => {
-  const { path } = describe(e.document.uri);
-  recent.opened(e.document.uri, path, e.document.getText());
-});
-documents.onDidChangeContent((e) => {
-  pipeline.debounce.keystroke();
-  const { path } = describe(e.document.uri);
-  recent.edited(e.document.uri, path, e.document.getText(), cursorLine.get(e.document.uri) ?? 0);
-});
-documents.onDidClose((e) => {
-  recent.closed(e.document.uri);
-  pipeline.cache.clear(e.document.uri);
-  cursorLine.delete(e.document.uri);
-});
+documents.onDidOpen((e) => runahead.opened(e.document.uri, e.document.getText()));
+documents.onDidChangeContent((e) => runahead.edited(e.document.uri, e.document.getText()));
+documents.onDidClose((e) => runahead.closed(e.document.uri));
 
-connection.onShutdown(() => {
-  model.stop();
-  return supervisor.stop();
-});
+connection.onShutdown(() => runahead.stop());
 // The engine never outlives the server, however the server ends.
-process.on('exit', () => supervisor.killNow());
+process.on('exit', () => runahead.killNow());
 for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
   process.on(signal, () => {
-    supervisor.killNow();
+    runahead.killNow();
     process.exit(0);
   });
 }

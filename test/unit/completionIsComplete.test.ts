@@ -1,5 +1,5 @@
 import { strict as assert } from 'node:assert';
-import { completionIsComplete } from '../../server/src/completion/pipeline';
+import { completionIsComplete } from '../../server/src/completion/earlyStop';
 
 describe('early stop (request stage asks the engine for no more tokens)', () => {
   const ctx = (prefix: string, suffix = '') => ({ prefix, suffix, languageId: 'python' });

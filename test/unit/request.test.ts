@@ -1,8 +1,8 @@
-// The request stage against the fake engine: streaming, early stop, LSP
-// cancellation and a crash mid-request.
+// The engine's request stage against the fake engine: streaming, early stop,
+// cancellation by AbortSignal and a crash mid-request.
 import { strict as assert } from 'node:assert';
 import { EngineConnection } from '../../server/src/engine/connection';
-import { runRequest } from '../../server/src/completion/request';
+import { runRequest } from '../../server/src/engine/request';
 import { fakeEngine, sleep } from './helpers';
 
 const tokenizer = { decode: (ids: number[]) => ids.map((i) => (i === 9 ? '\n' : String.fromCharCode(96 + i))).join('') };
@@ -25,7 +25,7 @@ describe('request stage', function () {
   });
 
   it('streams tokens into text and ends with the engine stats', async () => {
-    const r = await runRequest(conn, { prompt: [1, 2], params: { max_tokens: 6 }, tokenizer, token: { isCancellationRequested: false } }).result;
+    const r = await runRequest(conn, { prompt: [1, 2], params: { max_tokens: 6 }, tokenizer, signal: new AbortController().signal });
     assert.equal(r.ok, true);
     assert.equal(r.text, 'abc\nab');
     assert.equal(r.finish, 'length');
@@ -34,21 +34,19 @@ describe('request stage', function () {
   });
 
   it('stops the engine once the text is enough', async () => {
-    const r = await runRequest(conn, { prompt: [1], params: { max_tokens: 200 }, tokenizer, token: { isCancellationRequested: false }, enough: (t) => t.includes('\n') }).result;
+    const r = await runRequest(conn, { prompt: [1], params: { max_tokens: 200 }, tokenizer, signal: new AbortController().signal, enough: (t) => t.includes('\n') });
     assert.equal(r.finish, 'enough');
     assert.ok(r.tokens < 20, `${r.tokens} tokens`);
     assert.ok(r.text.startsWith('abc\n'));
   });
 
-  it('ends at once on LSP cancellation and cancels the engine request', async () => {
-    const listeners: (() => void)[] = [];
-    const token = { isCancellationRequested: false, onCancellationRequested: (l: () => void) => (listeners.push(l), { dispose() {} }) };
-    const job = runRequest(conn, { prompt: [1], params: { max_tokens: 10000 }, tokenizer, token });
+  it('ends at once when its signal is aborted and cancels the engine request', async () => {
+    const abort = new AbortController();
+    const job = runRequest(conn, { prompt: [1], params: { max_tokens: 10000 }, tokenizer, signal: abort.signal });
     await sleep(30);
     const t0 = Date.now();
-    token.isCancellationRequested = true;
-    listeners.forEach((l) => l());
-    const r = await job.result;
+    abort.abort();
+    const r = await job;
     assert.equal(r.finish, 'cancelled');
     assert.ok(Date.now() - t0 < 50);
     const stats = await conn.stats();
@@ -57,11 +55,11 @@ describe('request stage', function () {
   });
 
   it('settles quickly with no text when the engine dies mid-request', async () => {
-    const job = runRequest(conn, { prompt: [1], params: { max_tokens: 10000 }, tokenizer, token: { isCancellationRequested: false } });
+    const job = runRequest(conn, { prompt: [1], params: { max_tokens: 10000 }, tokenizer, signal: new AbortController().signal });
     await sleep(30);
     const t0 = Date.now();
     conn.kill('SIGKILL');
-    const r = await job.result;
+    const r = await job;
     assert.equal(r.ok, false);
     assert.equal(r.finish, 'error');
     assert.match(r.error!, /engine exited/);
@@ -72,7 +70,7 @@ describe('request stage', function () {
     process.env.FAKE_HANG_AFTER_MS = '0';
     const hung = new EngineConnection(fakeEngine, [], () => undefined);
     delete process.env.FAKE_HANG_AFTER_MS;
-    const r = await runRequest(hung, { prompt: [1], params: { max_tokens: 10, deadline_ms: 50, hard_deadline_ms: 100 }, tokenizer, token: { isCancellationRequested: false }, graceMs: 50 }).result;
+    const r = await runRequest(hung, { prompt: [1], params: { max_tokens: 10, deadline_ms: 50, hard_deadline_ms: 100 }, tokenizer, signal: new AbortController().signal, graceMs: 50 });
     hung.kill();
     assert.equal(r.finish, 'timeout');
   });

@@ -1,9 +1,9 @@
 import { strict as assert } from 'node:assert';
-import { shouldComplete } from '../../server/src/completion/trigger';
+import { shouldComplete, type Trigger } from '../../server/src/completion/trigger';
 
 describe('trigger', () => {
   const on = { enabled: true, disabledLanguages: ['markdown'] };
-  const at = (linePrefix: string, lineSuffix = '', languageId = 'python', triggerKind = 2) => ({ languageId, linePrefix, lineSuffix, triggerKind });
+  const at = (linePrefix: string, lineSuffix = '', languageId = 'python', trigger: Trigger = 'automatic') => ({ languageId, linePrefix, lineSuffix, trigger });
 
   it('completes at the end of a line and before closing brackets', () => {
     assert.equal(shouldComplete(at('    x = '), on).complete, true);
@@ -17,7 +17,7 @@ describe('trigger', () => {
   it('respects runahead.enabled and disabledLanguages, unless invoked explicitly', () => {
     assert.equal(shouldComplete(at('x = '), { ...on, enabled: false }).complete, false);
     assert.equal(shouldComplete(at('# ', '', 'markdown'), on).complete, false);
-    assert.equal(shouldComplete(at('# ', '', 'markdown', 1), on).complete, true);
-    assert.equal(shouldComplete(at('x = ', '', 'python', 1), { ...on, enabled: false }).complete, true);
+    assert.equal(shouldComplete(at('# ', '', 'markdown', 'invoked'), on).complete, true);
+    assert.equal(shouldComplete(at('x = ', '', 'python', 'invoked'), { ...on, enabled: false }).complete, true);
   });
 });

@@ -1,63 +1,56 @@
-// A completion, stage by stage:
+// A completion, stage by stage, for any front end (LSP, benchmark, HTTP API):
 //   trigger → selected item → type-through cache → running prefetch → debounce
-//   → engine ready → FIM prompt → request (stream, early stop) → post-process
-//   → cache, metrics, prefetch of the next one.
+//   → source ready → prompt and request (the source's: stream, early stop)
+//   → post-process → cache, metrics, prefetch of the next one.
+// It knows nothing of LSP: text and offsets in, text, offsets and metrics out.
 // Each stage is its own module; this file only wires them.
-import type { InlineCompletionItem, InlineCompletionList, InlineCompletionParams, Range } from 'vscode-languageserver';
-import type { TextDocument } from 'vscode-languageserver-textdocument';
-import type { EngineSupervisor } from '../engine/supervisor';
-import type { ModelContext } from '../model/modelState';
+import { follow } from '../abort';
+import type { Log } from '../log';
+import type { CompletionMetrics } from '../metrics';
 import type { Settings } from '../settings';
-import { engineMetrics, type CompletionMetrics } from '../metrics';
 import { CompletionCache } from './cache';
-import type { RecentChunks } from './contextChunks';
-import { AdaptiveDebounce, type Cancellable } from './debounce';
+import { AdaptiveDebounce } from './debounce';
+import { completionIsComplete } from './earlyStop';
+import type { ContextFile } from './fim';
 import { postprocess, type FilterContext } from './postprocess';
-import { linesInBlock } from './postprocess/limitScopeByIndentation';
-import { removeRepeatedLines } from './postprocess/removeRepeatedLines';
 import { currentLinePrefix, currentLineSuffix, filterContext } from './postprocess/context';
-import { textFollowsCursor } from './postprocess/singleLineWhenTextFollows';
 import { Prefetcher } from './prefetch';
-import { runRequest, type RequestResult } from './request';
-import { shouldComplete } from './trigger';
+import type { CompletionSource, SourceRequest, SourceResult } from './source';
 import { afterPending, healTrailingWhitespace } from './tokenHealing';
+import { shouldComplete, type Trigger } from './trigger';
 
-export interface PipelineDeps {
-  document(uri: string): TextDocument | undefined;
-  supervisor: EngineSupervisor;
-  model(): ModelContext | undefined;
-  settings(): Settings;
-  recent: RecentChunks;
-  /** The path the model sees for a document, and the repository name. */
-  describe(uri: string): { path: string; repoName?: string };
-  metrics(m: CompletionMetrics): void;
-  log(level: 'info' | 'warn' | 'error', line: string): void;
-}
-
-interface Place {
+export interface CompletionInput {
+  /** Names the document for the caches and the context chunks (a URI, or any stable name). */
   uri: string;
+  /** The whole document and the cursor's offset in it. */
+  text: string;
+  offset: number;
   languageId: string;
-  /** Text before the cursor, with the selected IntelliSense item applied. */
-  prefix: string;
-  suffix: string;
+  /** The file's path as the model should see it, and the repository's name. */
+  path: string;
+  repoName?: string;
+  /** An IntelliSense item the user has selected: complete as if `text` replaced [from, to), and replace that range. */
+  selected?: { from: number; to: number; text: string };
+  trigger: Trigger;
+  /** Chunks of other files for the prompt, oldest first. */
+  context?: ContextFile[];
+  /** Aborted when the completion is no longer wanted (the next key came). */
+  signal?: AbortSignal;
 }
 
-const neverCancelled: Cancellable = { isCancellationRequested: false };
-
-/** What the filters see of a place: bounded windows of lines around the cursor. */
-const filtersFor = (p: Place): FilterContext => filterContext(p.prefix, p.suffix, p.languageId);
-
-/** Enough tokens: the one line is done, the block has ended, or the model loops on a line. */
-export function completionIsComplete(text: string, ctx: FilterContext): boolean {
-  if (textFollowsCursor(currentLineSuffix(ctx))) return text.includes('\n');
-  const lines = text.split('\n');
-  if (lines.length < 2) return false;
-  const complete = text.slice(0, text.lastIndexOf('\n'));
-  return linesInBlock(lines, currentLinePrefix(ctx)) < lines.length || removeRepeatedLines(complete, ctx) !== complete;
+export interface CompletionResult {
+  /** What to insert over [from, to) (the selected item's text, then the completion); '' when there is nothing to show. */
+  text: string;
+  from: number;
+  to: number;
+  /** skipped | cancelled | unavailable | cache | prefetch, or the source's finish (stop, length, enough, deadline, timeout, error, …). */
+  finish: string;
+  /** Present when a completion was served (sent as runahead/metrics), even one that ended empty or cancelled after. */
+  metrics?: CompletionMetrics;
 }
 
-/** How requests ended, for runahead/stats (the reliability bench reads them). */
-export interface PipelineCounters {
+/** How requests ended, for runahead/stats (the reliability and typing benches read them). */
+export interface CompletionCounters {
   requests: number;
   skipped: number;
   fromCache: number;
@@ -69,146 +62,171 @@ export interface PipelineCounters {
   failed: number;
 }
 
-export class CompletionPipeline {
-  readonly counters: PipelineCounters = { requests: 0, skipped: 0, fromCache: 0, fromPrefetch: 0, fromEngine: 0, cancelledWaiting: 0, cancelledInEngine: 0, noEngine: 0, failed: 0 };
+export interface CompleterDeps {
+  /** The source to ask now; undefined before the server has started one. */
+  source(): CompletionSource | undefined;
+  settings(): Settings;
+  log: Log;
+}
+
+interface Place {
+  uri: string;
+  languageId: string;
+  /** Text before the cursor, with the selected IntelliSense item applied. */
+  prefix: string;
+  suffix: string;
+  path: string;
+  repoName?: string;
+  extra: ContextFile[];
+}
+
+const never = new AbortController().signal;
+
+/** What the filters see of a place: bounded windows of lines around the cursor. */
+const filtersFor = (p: Place): FilterContext => filterContext(p.prefix, p.suffix, p.languageId);
+
+export class Completer {
+  readonly counters: CompletionCounters = { requests: 0, skipped: 0, fromCache: 0, fromPrefetch: 0, fromEngine: 0, cancelledWaiting: 0, cancelledInEngine: 0, noEngine: 0, failed: 0 };
   readonly cache = new CompletionCache();
   readonly debounce: AdaptiveDebounce;
   private readonly prefetcher = new Prefetcher();
-  private active: { cancel(): void } | undefined;
+  private active: AbortController | undefined;
 
-  constructor(private readonly deps: PipelineDeps) {
+  constructor(private readonly deps: CompleterDeps) {
     this.debounce = new AdaptiveDebounce(deps.settings().debounceMs);
   }
 
-  async complete(params: InlineCompletionParams, token: Cancellable): Promise<InlineCompletionList | null> {
+  /** One completion; `onText` sees the source's text as it streams (before post-processing; answers from the cache or a prefetch come only as the result). */
+  async complete(input: CompletionInput, onText?: (textSoFar: string) => void): Promise<CompletionResult> {
     const started = performance.now();
     this.counters.requests++;
-    const doc = this.deps.document(params.textDocument.uri);
-    if (!doc) return null;
+    const signal = input.signal ?? never;
     const settings = this.deps.settings();
-    const text = doc.getText();
-    const cursor = doc.offsetAt(params.position);
-    const sel = params.context.selectedCompletionInfo;
     // With an IntelliSense item selected, complete as if it were inserted, and replace its range.
-    const replaceFrom = sel ? doc.offsetAt(sel.range.start) : cursor;
-    const replaceTo = sel ? doc.offsetAt(sel.range.end) : cursor;
-    const lead = sel ? sel.text : '';
-    const place: Place = { uri: doc.uri, languageId: doc.languageId, prefix: text.slice(0, replaceFrom) + lead, suffix: text.slice(replaceTo) };
-    const range: Range = { start: doc.positionAt(replaceFrom), end: doc.positionAt(replaceTo) };
-    const answer = (completion: string): InlineCompletionList | null =>
-      completion.length === 0 ? null : { items: [{ insertText: lead + completion, range } satisfies InlineCompletionItem] };
+    const from = input.selected?.from ?? input.offset;
+    const to = input.selected?.to ?? input.offset;
+    const lead = input.selected?.text ?? '';
+    const place: Place = {
+      uri: input.uri,
+      languageId: input.languageId,
+      prefix: input.text.slice(0, from) + lead,
+      suffix: input.text.slice(to),
+      path: input.path,
+      repoName: input.repoName,
+      extra: input.context ?? [],
+    };
+    const answer = (finish: string, completion = '', metrics?: CompletionMetrics): CompletionResult => ({
+      text: completion.length === 0 ? '' : lead + completion,
+      from,
+      to,
+      finish,
+      metrics,
+    });
 
     const filterCtx = filtersFor(place);
     const decision = shouldComplete(
-      { languageId: doc.languageId, linePrefix: currentLinePrefix(filterCtx), lineSuffix: currentLineSuffix(filterCtx), triggerKind: params.context.triggerKind },
+      { languageId: input.languageId, linePrefix: currentLinePrefix(filterCtx), lineSuffix: currentLineSuffix(filterCtx), trigger: input.trigger },
       settings,
     );
     if (!decision.complete) {
       this.counters.skipped++;
-      return null;
+      return answer('skipped');
     }
 
-    const served = (source: CompletionMetrics['source'], completion: string, debounceMs: number, result?: RequestResult) => {
-      this.deps.metrics({
-        source,
-        cacheHit: source !== 'engine',
-        servedMs: performance.now() - started,
-        debounceMs,
-        chars: completion.length,
-        ...(result ? { ...engineMetrics(result.done, this.deps.supervisor.loadReport), finishReason: result.finish } : {}),
-      });
-    };
+    const served = (source: CompletionMetrics['source'], completion: string, debounceMs: number, result?: SourceResult): CompletionMetrics => ({
+      source,
+      cacheHit: source !== 'engine',
+      servedMs: performance.now() - started,
+      debounceMs,
+      chars: completion.length,
+      ...(result ? { ...result.metrics, finishReason: result.finish } : {}),
+    });
 
     const hit = this.cache.get(place.uri, place.prefix, place.suffix);
     if (hit) {
       // Filters again: the text after the cursor may have changed (an auto-closed bracket).
       const text = postprocess(hit.text, filterCtx);
       this.counters.fromCache++;
-      served('cache', text, 0);
-      return answer(text);
+      return answer('cache', text, served('cache', text, 0));
     }
     const pending = this.prefetcher.matching(place);
     if (pending) {
       const completion = await pending;
-      if (completion !== undefined && !token.isCancellationRequested) {
+      if (completion !== undefined && !signal.aborted) {
         this.counters.fromPrefetch++;
-        served('prefetch', completion, 0);
+        const metrics = served('prefetch', completion, 0);
         this.prefetchAfter(place, completion);
-        return answer(completion);
+        return answer('prefetch', completion, metrics);
       }
     }
     this.prefetcher.cancel();
 
     this.debounce.baseMs = settings.debounceMs;
-    const debounceMs = params.context.triggerKind === 1 ? 0 : this.debounce.delay();
-    if (!(await this.debounce.wait(token, debounceMs))) {
+    const debounceMs = input.trigger === 'invoked' ? 0 : this.debounce.delay();
+    if (!(await this.debounce.wait(signal, debounceMs))) {
       this.counters.cancelledWaiting++;
-      return null;
+      return answer('cancelled');
     }
 
     const asked = performance.now();
-    const job = await this.generate(place, settings, token);
-    if (!job) {
-      this.counters[token.isCancellationRequested ? 'cancelledWaiting' : 'noEngine']++;
-      return null;
+    const result = await this.generate(place, settings, signal, onText && ((text) => onText(lead + text)));
+    if (!result) {
+      this.counters[signal.aborted ? 'cancelledWaiting' : 'noEngine']++;
+      return answer(signal.aborted ? 'cancelled' : 'unavailable');
     }
-    const result = await job.result;
-    if (!result.ok && result.finish !== 'enough') {
+    if (!result.ok) {
       if (result.finish === 'cancelled') this.counters.cancelledInEngine++;
       else {
         this.counters.failed++;
         this.deps.log('warn', `completion ended without text: ${result.error ?? result.finish}`);
       }
-      return null;
+      return answer(result.finish);
     }
     this.counters.fromEngine++;
     this.debounce.latency(performance.now() - asked);
     const completion = postprocess(result.text, filterCtx);
-    served('engine', completion, debounceMs, result);
-    if (completion.length === 0) return answer('');
+    const metrics = served('engine', completion, debounceMs, result);
+    if (completion.length === 0) return answer(result.finish, '', metrics);
     this.cache.put(place.uri, place.prefix, place.suffix, completion);
     this.prefetchAfter(place, completion);
-    return token.isCancellationRequested ? null : answer(completion);
+    return signal.aborted ? answer('cancelled', '', metrics) : answer(result.finish, completion, metrics);
   }
 
-  /** Starts a generation for `place` (cancelling whatever ran before); undefined when no engine is ready in time. */
-  private async generate(place: Place, settings: Settings, token: Cancellable) {
-    const conn = await this.deps.supervisor.ready(settings.deadlineMs);
-    const model = this.deps.model();
-    if (!conn || !model || token.isCancellationRequested) return undefined;
-    const { path, repoName } = this.deps.describe(place.uri);
+  /**
+   * One generation for `place` from the source (cancelling whatever ran before), with
+   * the prefix's trailing whitespace healed and stripped again from the text; undefined
+   * when no source is ready in time.
+   */
+  private async generate(place: Place, settings: Settings, signal: AbortSignal, onText?: (text: string) => void): Promise<SourceResult | undefined> {
+    const source = this.deps.source();
+    if (!source || !(await source.ready(settings.deadlineMs)) || signal.aborted) return undefined;
     const healed = healTrailingWhitespace(place.prefix);
-    const prompt = await model.fim.build({
+    const filterCtx = filtersFor(place);
+    this.active?.abort();
+    const job = new AbortController();
+    this.active = job;
+    const unlink = follow(signal, job);
+    const request: SourceRequest = {
       prefix: healed.prefix,
       suffix: place.suffix,
-      path,
-      repoName,
-      extra: this.deps.recent.forCompletion(place.uri),
-      // The engine's context (from its load report) holds the prompt and the completion.
-      budget: Math.max(64, Math.min(settings.contextBudget, (this.deps.supervisor.loadReport?.context_length ?? model.info.contextLength) - settings.maxTokens - 1)),
-    });
-    if (token.isCancellationRequested) return undefined;
-    const filterCtx = filtersFor(place);
-    this.active?.cancel();
-    const job = runRequest(conn, {
-      prompt: prompt.ids,
-      params: {
-        max_tokens: settings.maxTokens,
-        temperature: 0,
-        stop: model.info.stopTokens,
-        deadline_ms: settings.deadlineMs,
-        hard_deadline_ms: 2 * settings.deadlineMs,
-      },
-      tokenizer: model.info.tokenizer,
-      token,
+      path: place.path,
+      repoName: place.repoName,
+      extra: place.extra,
+      maxTokens: settings.maxTokens,
+      temperature: 0,
+      deadlineMs: settings.deadlineMs,
       enough: (text) => {
         const shown = afterPending(text, healed.pending);
         return shown === null || (shown !== undefined && completionIsComplete(shown, filterCtx));
       },
+      signal: job.signal,
+    };
+    const stream = onText && ((text: string) => {
+      const shown = afterPending(text, healed.pending);
+      if (shown) onText(shown);
     });
-    this.active = job;
-    const result = job.result.then((r) => ({ ...r, text: afterPending(r.text, healed.pending) ?? '' }));
-    return { result, cancel: () => job.cancel() };
+    const result = await source.complete(request, stream).finally(unlink);
+    return { ...result, text: afterPending(result.text, healed.pending) ?? '' };
   }
 
   private prefetchAfter(place: Place, completion: string): void {
@@ -216,34 +234,20 @@ export class CompletionPipeline {
     if (this.cache.get(next.uri, next.prefix, next.suffix)) return;
     const settings = this.deps.settings();
     this.prefetcher.start(next, () => {
-      let cancelled = false;
-      let job: { cancel(): void } | undefined;
-      const result = (async () => {
-        const started = await this.generate(next, settings, neverCancelled);
-        if (!started || cancelled) {
-          started?.cancel();
-          return undefined;
-        }
-        job = started;
-        const r = await started.result;
-        if (!r.ok && r.finish !== 'enough') return undefined;
+      const abort = new AbortController();
+      const result = this.generate(next, settings, abort.signal).then((r) => {
+        if (!r?.ok) return undefined;
         const text = postprocess(r.text, filtersFor(next));
         this.cache.put(next.uri, next.prefix, next.suffix, text, 'prefetch');
         return text;
-      })();
-      return {
-        result,
-        cancel: () => {
-          cancelled = true;
-          job?.cancel();
-        },
-      };
+      });
+      return { result, cancel: () => abort.abort() };
     });
   }
 
   /** Stops whatever runs (a request or a prefetch). */
   cancelAll(): void {
     this.prefetcher.cancel();
-    this.active?.cancel();
+    this.active?.abort();
   }
 }

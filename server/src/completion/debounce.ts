@@ -5,11 +5,6 @@
 // wait grows to half the typing interval (bounded by maxMs): a cancelled
 // request costs the engine only one step, so the wait stays short.
 
-export interface Cancellable {
-  isCancellationRequested: boolean;
-  onCancellationRequested?: (listener: () => void) => { dispose(): void };
-}
-
 const ALPHA = 0.3; // weight of the newest sample in the moving averages
 const PAUSE_MS = 2000; // gaps longer than this are pauses, not typing
 
@@ -41,18 +36,19 @@ export class AdaptiveDebounce {
     return Math.min(this.maxMs, Math.max(this.baseMs, 0.5 * this.typingMs));
   }
 
-  /** Waits `delay()`; false when the request was cancelled meanwhile. */
-  wait(token: Cancellable, ms = this.delay()): Promise<boolean> {
-    if (token.isCancellationRequested) return Promise.resolve(false);
+  /** Waits `delay()`; false when the request was cancelled (`signal` aborted) meanwhile. */
+  wait(signal: AbortSignal, ms = this.delay()): Promise<boolean> {
+    if (signal.aborted) return Promise.resolve(false);
     if (ms <= 0) return Promise.resolve(true);
     return new Promise((resolve) => {
-      const sub = token.onCancellationRequested?.(() => {
+      const cancelled = () => {
         clearTimeout(timer);
         resolve(false);
-      });
+      };
+      signal.addEventListener('abort', cancelled, { once: true });
       const timer = setTimeout(() => {
-        sub?.dispose();
-        resolve(!token.isCancellationRequested);
+        signal.removeEventListener('abort', cancelled);
+        resolve(!signal.aborted);
       }, ms);
     });
   }

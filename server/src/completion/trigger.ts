@@ -6,14 +6,16 @@ export interface TriggerInput {
   languageId: string;
   linePrefix: string;
   lineSuffix: string;
-  /** LSP InlineCompletionTriggerKind: 1 = invoked by the user, 2 = automatic (typing). */
-  triggerKind: number;
+  trigger: Trigger;
 }
+
+/** Invoked: the user asked for a completion; automatic: it follows typing. */
+export type Trigger = 'invoked' | 'automatic';
 
 export type TriggerDecision = { complete: true } | { complete: false; reason: string };
 
 export function shouldComplete(input: TriggerInput, settings: Pick<Settings, 'enabled' | 'disabledLanguages'>): TriggerDecision {
-  const invoked = input.triggerKind === 1;
+  const invoked = input.trigger === 'invoked';
   if (!settings.enabled && !invoked) return { complete: false, reason: 'disabled (runahead.enabled)' };
   if (settings.disabledLanguages.includes(input.languageId) && !invoked) {
     return { complete: false, reason: `language ${input.languageId} is in runahead.disabledLanguages` };

@@ -1,19 +1,20 @@
 // One generation on the engine: streams tokens, detokenizes them, stops early
-// when the text so far is already complete (`enough`), and ends on LSP
-// cancellation (→ engine `cancel`) or the deadline. Always settles: a crash
+// when the text so far is already complete (`enough`), and ends when its
+// signal is aborted (→ engine `cancel`) or at the deadline. Always settles: a crash
 // or a hang of the engine gives `ok: false`, never an exception.
-import type { EngineConnection } from '../engine/connection';
-import type { DoneMessage, GenerateParams } from '../engine/protocol';
+import type { EngineConnection } from './connection';
+import type { DoneMessage, GenerateParams } from './protocol';
 import { StreamDecoder, type TextTokenizer } from '../model/tokenizer';
-import type { Cancellable } from './debounce';
 
 export interface RequestOptions {
   prompt: number[];
   params: GenerateParams;
   tokenizer: Pick<TextTokenizer, 'decode'>;
-  token: Cancellable;
+  signal: AbortSignal;
   /** True when the text so far needs no more tokens (e.g. the block has ended). */
   enough?: (text: string) => boolean;
+  /** Sees the text as it streams. */
+  onText?: (text: string) => void;
   /** Extra time past the engine's hard deadline before giving up on it. */
   graceMs?: number;
 }
@@ -30,7 +31,7 @@ export interface RequestResult {
   error?: string;
 }
 
-export function runRequest(conn: EngineConnection, opts: RequestOptions): { result: Promise<RequestResult>; cancel(): void } {
+export function runRequest(conn: EngineConnection, opts: RequestOptions): Promise<RequestResult> {
   const started = performance.now();
   const decoder = new StreamDecoder(opts.tokenizer);
   let text = '';
@@ -44,7 +45,7 @@ export function runRequest(conn: EngineConnection, opts: RequestOptions): { resu
     if (settled) return;
     settled = true;
     clearTimeout(guard);
-    sub?.dispose();
+    opts.signal.removeEventListener('abort', cancel);
     settle({ text, tokens, firstTokenMs, elapsedMs: performance.now() - started, ...r });
   };
 
@@ -53,6 +54,7 @@ export function runRequest(conn: EngineConnection, opts: RequestOptions): { resu
     firstTokenMs ??= performance.now() - started;
     tokens += m.tokens.length;
     text += decoder.push(m.tokens);
+    opts.onText?.(text);
     if (!stoppedEarly && opts.enough?.(text)) {
       stoppedEarly = true;
       gen.cancel();
@@ -69,8 +71,8 @@ export function runRequest(conn: EngineConnection, opts: RequestOptions): { resu
     gen.cancel();
     finish({ ok: false, finish: 'cancelled' });
   };
-  const sub = opts.token.onCancellationRequested?.(cancel);
-  if (opts.token.isCancellationRequested) cancel();
+  opts.signal.addEventListener('abort', cancel);
+  if (opts.signal.aborted) cancel();
 
   gen.done.then(
     (done) => {
@@ -80,5 +82,5 @@ export function runRequest(conn: EngineConnection, opts: RequestOptions): { resu
     },
     (err: Error) => finish({ ok: false, finish: 'error', error: err.message }),
   );
-  return { result, cancel };
+  return result;
 }

@@ -33,6 +33,9 @@ export interface EngineStatus {
   retryAt?: string;
 }
 
+/** The status before anything started. */
+export const notStarted: EngineStatus = { state: 'stopped', message: 'not started', warnings: [], restarts: 0 };
+
 export interface SupervisorTiming {
   helloTimeoutMs: number;
   pingIntervalMs: number;
@@ -85,7 +88,7 @@ export class EngineSupervisor extends EventEmitter {
   private pingSentAt: number | undefined;
   /** Why the supervisor itself killed the running engine (a hang, a broken model), for the restart message. */
   private killReason: string | undefined;
-  private _status: EngineStatus = { state: 'stopped', message: 'not started', warnings: [], restarts: 0 };
+  private _status: EngineStatus = notStarted;
 
   constructor(
     private readonly log: (level: 'info' | 'warn' | 'error', line: string) => void,

@@ -1,0 +1,85 @@
+// The server's state, owned in one place and handed to every front end (LSP
+// in server.ts; the benchmark, the agent features and an HTTP API next): the
+// settings, the completion source they choose, the Completer with its caches
+// and counters, and the workspace.
+import { Completer, type CompletionCounters } from './completion/completer';
+import type { CompletionSource } from './completion/source';
+import { sourceFor } from './completion/sources';
+import { notStarted, type EngineStatus } from './engine/supervisor';
+import type { Log } from './log';
+import { defaultSettings, type Settings } from './settings';
+import { Workspace } from './workspace';
+
+/** What runahead/status carries: the source's status, and whether completions are on. */
+export type ServerStatus = EngineStatus & { enabled: boolean; fimOrder?: string };
+
+export class Runahead {
+  settings: Settings = defaultSettings;
+  readonly workspace = new Workspace();
+  readonly completer: Completer;
+  private source: CompletionSource | undefined;
+
+  constructor(
+    private readonly log: Log,
+    /** Called with the new status whenever it changes. */
+    private readonly statusChanged: (status: ServerStatus) => void,
+  ) {
+    this.completer = new Completer({ source: () => this.source, settings: () => this.settings, log });
+  }
+
+  /** Applies settings: starts the source they choose, stopping another one that ran. */
+  configure(settings: Settings): void {
+    this.settings = settings;
+    const next = sourceFor(settings, this.source, this.log);
+    if (next !== this.source) {
+      const old = this.source;
+      this.completer.cancelAll();
+      this.source = next;
+      next.onStatus?.(() => {
+        if (this.source === next) this.statusChanged(this.status());
+      });
+      void old?.stop?.();
+    }
+    this.statusChanged(this.status());
+  }
+
+  status(): ServerStatus {
+    const s = this.source?.status ?? notStarted;
+    return { ...s, enabled: this.settings.enabled };
+  }
+
+  /** The "Restart engine" command. */
+  async restart(): Promise<ServerStatus> {
+    this.completer.cancelAll();
+    await this.source?.restart?.();
+    return this.status();
+  }
+
+  /** Memory of the server, the completion counters and the source's own counters, for runahead/stats. */
+  async stats(): Promise<{ server: NodeJS.MemoryUsage; completions: CompletionCounters; engine: unknown }> {
+    return { server: process.memoryUsage(), completions: this.completer.counters, engine: (await this.source?.stats?.()) ?? null };
+  }
+
+  opened(uri: string, text: string): void {
+    this.workspace.opened(uri, text);
+  }
+
+  edited(uri: string, text: string): void {
+    this.completer.debounce.keystroke();
+    this.workspace.edited(uri, text);
+  }
+
+  closed(uri: string): void {
+    this.workspace.closed(uri);
+    this.completer.cache.clear(uri);
+  }
+
+  stop(): Promise<void> {
+    return this.source?.stop?.() ?? Promise.resolve();
+  }
+
+  /** The engine never outlives the server, however the server ends. */
+  killNow(): void {
+    this.source?.killNow?.();
+  }
+}
