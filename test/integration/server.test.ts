@@ -5,6 +5,10 @@ import { existsSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { join } from 'node:path';
 import { CancellationTokenSource, engineBinary, fixtureModel, isAlive, repoRoot, TestClient } from './lspClient';
+import type { CompletionInput } from '../../server/src/completion/completer';
+import { EngineSource } from '../../server/src/engine/engineSource';
+import { Runahead, type ServerStatus } from '../../server/src/runahead';
+import { readSettings } from '../../server/src/settings';
 
 const uri = pathToFileURL(join(repoRoot, 'example', 'stats.py')).href;
 const text = ['import math', '', '', 'def mean(xs):', '    total = 0', '    for x in xs:', '        total += ', '', '', 'print(mean([1, 2, 3]))', ''].join('\n');
@@ -172,4 +176,86 @@ describe('language server with the real engine: huge files', function () {
       console.log(`      ${name}: completion ${completeMs.toFixed(0)} ms (prompt ${m.promptTokens} tokens), slowest status ${statusMs.toFixed(1)} ms`);
     });
   }
+});
+
+describe('the Completer over the EngineSource, no LSP (as the benchmark or an HTTP API uses it)', function () {
+  this.timeout(60000);
+  let runahead: Runahead;
+  const statuses: ServerStatus[] = [];
+  const input = (patch: Partial<CompletionInput> = {}): CompletionInput => ({
+    uri: 'mem://stats.py',
+    text,
+    offset: text.indexOf('        total += ') + character,
+    languageId: 'python',
+    path: 'stats.py',
+    repoName: 'runahead',
+    trigger: 'invoked',
+    ...patch,
+  });
+
+  beforeEach(async () => {
+    statuses.length = 0;
+    runahead = new Runahead(() => undefined, (s) => void statuses.push(s));
+    runahead.configure(readSettings({ modelPath: fixtureModel, enginePath: engineBinary, maxTokens: 48, deadlineMs: 5000 }));
+    const t0 = Date.now();
+    while (!['ready', 'degraded', 'error'].includes(runahead.status().state) && Date.now() - t0 < 30000) await sleep(20);
+    assert.equal(runahead.status().state, 'ready', JSON.stringify(runahead.status()));
+  });
+  afterEach(() => runahead.stop());
+
+  it('the EngineSource alone: ready, one generation with its prompt budget, early stop and metrics', async () => {
+    const source = new EngineSource(readSettings({ modelPath: fixtureModel, enginePath: engineBinary }), () => undefined);
+    try {
+      assert.equal(await source.ready(30000), true, JSON.stringify(source.status));
+      const at = text.indexOf('        total += ') + character;
+      let streamed = '';
+      const r = await source.complete(
+        { prefix: text.slice(0, at), suffix: text.slice(at), path: 'stats.py', extra: [], maxTokens: 32, temperature: 0, deadlineMs: 5000, enough: (t) => t.length >= 4, signal: new AbortController().signal },
+        (t) => (streamed = t),
+      );
+      assert.equal(r.ok, true, JSON.stringify(r));
+      assert.equal(r.finish, 'enough');
+      assert.equal(r.text, streamed);
+      assert.ok(r.metrics.promptTokens! > 20 && r.metrics.tokens! > 0, JSON.stringify(r.metrics));
+      assert.equal(r.metrics.backend, 'cpu');
+    } finally {
+      await source.stop();
+    }
+  });
+
+  it('ends with the text, its offsets and real engine metrics', async () => {
+    const r = await runahead.completer.complete(input());
+    assert.equal(r.from, input().offset);
+    assert.equal(r.to, r.from);
+    const m = r.metrics!;
+    assert.ok(m, `no metrics: ${JSON.stringify(r)}`);
+    assert.equal(m.source, 'engine');
+    assert.ok(m.tokens! > 0 && m.promptTokens! > 20, JSON.stringify(m));
+    assert.equal(m.backend, 'cpu');
+    assert.equal(m.model, fixtureModel);
+    assert.ok(statuses.some((s) => s.state === 'ready' && s.enabled), 'status changes reached the owner');
+  });
+
+  it('an aborted completion ends at once and leaves the engine idle', async () => {
+    const abort = new AbortController();
+    const p = runahead.completer.complete(input({ signal: abort.signal }));
+    await sleep(5);
+    const t0 = performance.now();
+    abort.abort();
+    const r = await p;
+    assert.ok(performance.now() - t0 < 500);
+    assert.equal(r.text, '');
+    await sleep(200);
+    const { engine } = (await runahead.stats()) as { engine: { busy?: boolean } | null };
+    assert.equal(engine?.busy, false, JSON.stringify(engine));
+  });
+
+  it('stop() ends the engine process (as a switch to another source does)', async () => {
+    const pid = runahead.status().pid!;
+    assert.ok(isAlive(pid));
+    await runahead.stop();
+    const t0 = Date.now();
+    while (isAlive(pid) && Date.now() - t0 < 3000) await sleep(20);
+    assert.equal(isAlive(pid), false);
+  });
 });

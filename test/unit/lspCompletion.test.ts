@@ -1,5 +1,6 @@
 // The whole completion pipeline inside the real server (dist/server.js) over
-// LSP, with the fake engine streaming a known completion (" foo(x)\n" in a
+// LSP (the LSP front end over the Completer; completer.test.ts drives the
+// Completer alone), with the fake engine streaming a known completion (" foo(x)\n" in a
 // loop: the model writes the space after "return " itself, see tokenHealing.ts),
 // so what each stage does is visible in the answers and metrics.
 import { strict as assert } from 'node:assert';
@@ -14,7 +15,7 @@ const doc = (body: string) => `import os\n\n\ndef f(x):\n    return ${body}\n\n\
 const line = 4;
 const col = (body: string) => '    return '.length + body.length;
 
-describe('completion pipeline (server + fake engine)', function () {
+describe('completion over LSP (server + fake engine)', function () {
   this.timeout(20000);
   let client: TestClient;
   const engineRuns = () => client.metrics.filter((m) => m.source === 'engine').length;
