@@ -4,9 +4,10 @@
 // and counters, and the workspace.
 import { Completer, type CompletionCounters } from './completion/completer';
 import type { CompletionSource } from './completion/source';
-import { sourceFor } from './completion/sources';
+import { sourceFor, type SourceSecrets } from './completion/sources';
 import { notStarted, type EngineStatus } from './engine/supervisor';
 import type { Log } from './log';
+import { RemoteSource } from './remote/remoteSource';
 import { defaultSettings, type Settings } from './settings';
 import { Workspace } from './workspace';
 
@@ -18,6 +19,7 @@ export class Runahead {
   readonly workspace = new Workspace();
   readonly completer: Completer;
   private source: CompletionSource | undefined;
+  private readonly secrets: SourceSecrets = {};
 
   constructor(
     private readonly log: Log,
@@ -30,7 +32,7 @@ export class Runahead {
   /** Applies settings: starts the source they choose, stopping another one that ran. */
   configure(settings: Settings): void {
     this.settings = settings;
-    const next = sourceFor(settings, this.source, this.log);
+    const next = sourceFor(settings, this.source, this.log, this.secrets);
     if (next !== this.source) {
       const old = this.source;
       this.completer.cancelAll();
@@ -41,6 +43,12 @@ export class Runahead {
       void old?.stop?.();
     }
     this.statusChanged(this.status());
+  }
+
+  /** The remote server's API key from the editor's secret storage (runahead/remoteApiKey), kept for a remote source started later. */
+  setRemoteApiKey(key: string | undefined): void {
+    this.secrets.remoteApiKey = key || undefined;
+    if (this.source instanceof RemoteSource) this.source.setApiKey(key);
   }
 
   status(): ServerStatus {

@@ -21,6 +21,7 @@ import type { Log } from './log';
 import { METRICS_NOTIFICATION, STATUS_NOTIFICATION } from './metrics';
 import { Runahead } from './runahead';
 import { readSettings } from './settings';
+import { REMOTE_API_KEY_NOTIFICATION, type RemoteApiKeyParams } from './remote/apiKey';
 
 const connection = createConnection(ProposedFeatures.all);
 const documents = new TextDocuments(TextDocument);
@@ -85,6 +86,7 @@ connection.onDidChangeConfiguration((params) => {
   const raw = params.settings as { runahead?: unknown } | undefined;
   runahead.configure(readSettings(raw && typeof raw === 'object' && 'runahead' in raw ? raw.runahead : raw, runahead.settings));
 });
+connection.onNotification(REMOTE_API_KEY_NOTIFICATION, (p: RemoteApiKeyParams | undefined) => runahead.setRemoteApiKey(p?.apiKey));
 connection.onRequest('runahead/restartEngine', () => runahead.restart());
 connection.onRequest('runahead/status', () => runahead.status());
 // Memory of the server and the engine's own counters (memory, requests, busy),

@@ -21,7 +21,7 @@ function settings(remote: Partial<RemoteSettings>, more: Partial<Settings> = {})
 }
 
 function source(remote: Partial<RemoteSettings>, more: Partial<Settings> = {}): RemoteSource {
-  const s = new RemoteSource(settings(remote, more), () => undefined, timing);
+  const s = new RemoteSource(settings(remote, more), () => undefined, { timing });
   sources.push(s);
   return s;
 }

@@ -6,6 +6,7 @@
 import { EventEmitter } from 'node:events';
 import type { CompletionSource, SourceRequest, SourceResult } from '../completion/source';
 import type { EngineStatus } from '../engine/supervisor';
+import type { Log } from '../log';
 import type { RemoteSettings, Settings } from '../settings';
 import { checkServer, type ServerInfo } from './health';
 import { fimPrompt, resolveTemplate, windowByChars, type FimTemplate } from './fimTemplates';
@@ -32,8 +33,6 @@ export interface RemoteTiming {
 
 export const defaultRemoteTiming: RemoteTiming = { healthMs: 30_000, errorHealthMs: 5_000, recheckMs: 500 };
 
-type Log = (level: 'info' | 'warn' | 'error', line: string) => void;
-
 /** Emits `status` (a RemoteStatus) on every change. */
 export class RemoteSource extends EventEmitter implements CompletionSource {
   readonly kind = 'remote' as const;
@@ -50,14 +49,19 @@ export class RemoteSource extends EventEmitter implements CompletionSource {
   private timer: NodeJS.Timeout | undefined;
   private epoch = 0;
   private disposed = false;
+  private readonly counters = { requests: 0, ok: 0, failed: 0, cancelled: 0 };
   private _status: RemoteStatus = { state: 'starting', message: 'checking the remote server', warnings: [], restarts: 0, backend: 'remote', remote: { url: '', models: [] } };
+
+  private readonly timing: RemoteTiming;
 
   constructor(
     settings: Settings,
     private readonly log: Log = () => undefined,
-    private readonly timing: RemoteTiming = defaultRemoteTiming,
+    options: { timing?: RemoteTiming; apiKey?: string } = {},
   ) {
     super();
+    this.timing = options.timing ?? defaultRemoteTiming;
+    this.apiKey = options.apiKey || undefined;
     this.configure(settings);
   }
 
@@ -134,9 +138,34 @@ export class RemoteSource extends EventEmitter implements CompletionSource {
         this.update();
       }
     }
+    this.counters.requests++;
+    this.counters[r.ok ? 'ok' : r.finish === 'cancelled' ? 'cancelled' : 'failed']++;
     if (r.problem) this.log(r.problem.lasting ? 'error' : 'warn', `remote completion: ${r.problem.message}`);
     const { problem: _, ...result } = r;
     return result;
+  }
+
+  onStatus(listener: () => void): void {
+    this.on('status', listener);
+  }
+
+  /** Forgets what went wrong and checks the server again ("Restart engine" reconnects). */
+  async restart(): Promise<void> {
+    this.completionProblem = undefined;
+    this.epoch++;
+    await this.check();
+  }
+
+  async stats(): Promise<unknown> {
+    return { ...this.counters, url: this._status.remote.url, models: this._status.remote.models };
+  }
+
+  async stop(): Promise<void> {
+    this.dispose();
+  }
+
+  killNow(): void {
+    this.dispose();
   }
 
   dispose(): void {
