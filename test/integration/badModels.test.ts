@@ -109,6 +109,8 @@ function checkServer(c: BadModelCase, o: ServerOutcome | undefined): void {
   assert.match(o.status.state, new RegExp(`^(${expect.state ?? 'error'})$`), `status: ${why}`);
   const names = expect.names ?? c.expect.names;
   assert.ok(o.status.message.includes(names), `the status does not name ${names}: ${why}`);
-  assert.deepEqual([o.asked?.state, o.asked?.message], [o.status.state, o.status.message], 'runahead/status answers what the notification said');
+  // Asked again, the server still says so (another check may have rephrased it meanwhile).
+  assert.match(o.asked?.state ?? '', new RegExp(`^(${expect.state ?? 'error'})$`), `runahead/status: ${JSON.stringify(o.asked)}`);
+  assert.ok(o.asked?.message.includes(names), `runahead/status does not name ${names}: ${JSON.stringify(o.asked)}`);
   assert.ok(o.ms < caseMs, `${o.ms.toFixed(0)} ms, bound ${caseMs} ms`);
 }
