@@ -6,12 +6,19 @@ import * as vscode from 'vscode';
 import { LanguageClient, TransportKind, type LanguageClientOptions, type ServerOptions } from 'vscode-languageclient/node';
 import { engineLine, metricsLine, type CompletionMetrics, type ServerStatus } from './format';
 import { StatusBar } from './statusBar';
+import { REMOTE_API_KEY_NOTIFICATION, type RemoteApiKeyParams } from '../../server/src/remote/apiKey';
 
 let client: LanguageClient | undefined;
 
-/** What runs (the engine) and what is loaded (models): only the user's own settings choose them, never a workspace's. */
-const userOnlyKeys = ['enginePath', 'modelPath', 'draftModelPath'];
-const keys = ['enabled', ...userOnlyKeys, 'backend', 'speculation', 'maxDraftTokens', 'maxTokens', 'deadlineMs', 'debounceMs', 'contextBudget', 'disabledLanguages'];
+/**
+ * What runs (the engine), what is loaded (models) and where your code is sent (the remote server and its
+ * headers): only the user's own settings choose them, never a workspace's.
+ */
+const userOnlyKeys = ['enginePath', 'modelPath', 'draftModelPath', 'remote.url', 'remote.headers'];
+const keys = ['enabled', 'enginePath', 'modelPath', 'draftModelPath', 'backend', 'speculation', 'maxDraftTokens', 'maxTokens', 'deadlineMs', 'debounceMs', 'contextBudget', 'disabledLanguages'];
+const remoteKeys = ['url', 'model', 'fimTemplate', 'fimCustom', 'stop', 'headers', 'timeoutMs'];
+/** Where the remote server's API key is kept (the editor's SecretStorage, never settings.json). */
+const API_KEY_SECRET = 'runahead.remote.apiKey';
 
 /**
  * The user's (global) value of a setting, else its default. A workspace or folder value is
@@ -25,7 +32,8 @@ function userValue(c: vscode.WorkspaceConfiguration, key: string): unknown {
 
 function settings(): Record<string, unknown> {
   const c = vscode.workspace.getConfiguration('runahead');
-  return Object.fromEntries(keys.map((k) => [k, userOnlyKeys.includes(k) ? userValue(c, k) : c.get(k)]));
+  const value = (k: string) => (userOnlyKeys.includes(k) ? userValue(c, k) : c.get(k));
+  return { ...Object.fromEntries(keys.map((k) => [k, value(k)])), remote: Object.fromEntries(remoteKeys.map((k) => [k, value(`remote.${k}`)])) };
 }
 
 /** A user-only setting that a workspace tries to set: its key, the value as JSON text, and where. */
@@ -52,7 +60,7 @@ async function ignoredWorkspaceSettings(): Promise<IgnoredSetting[]> {
       continue;
     }
     for (const key of userOnlyKeys) {
-      const m = new RegExp(`"runahead\\.${key}"\\s*:\\s*("(?:[^"\\\\]|\\\\.)*")`).exec(text);
+      const m = new RegExp(`"runahead\\.${key.replace('.', '\\.')}"\\s*:\\s*("(?:[^"\\\\]|\\\\.)*"|\\{[^}]*\\})`).exec(text);
       if (m) found.push({ key, value: m[1], where: file.scheme === 'file' ? file.fsPath : file.toString() });
     }
   }
@@ -71,7 +79,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const log = vscode.window.createOutputChannel('Runahead', { log: true });
   const statusBar = new StatusBar();
   context.subscriptions.push(log, statusBar);
-  log.info(`workspace ${vscode.workspace.isTrusted ? 'trusted' : 'not trusted (Restricted Mode)'}; runahead.${userOnlyKeys.join(', runahead.')} come from user settings only`);
+  const logTrust = () => log.info(`workspace ${vscode.workspace.isTrusted ? 'trusted' : 'not trusted (Restricted Mode)'}; runahead.${userOnlyKeys.join(', runahead.')} come from user settings only`);
+  logTrust();
+  context.subscriptions.push(vscode.workspace.onDidGrantWorkspaceTrust(logTrust));
 
   // Once per setting and value, however many places or changes show it.
   const warned = new Set<string>();
@@ -79,7 +89,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     for (const s of await ignoredWorkspaceSettings()) {
       if (warned.has(`${s.key}=${s.value}`)) continue;
       warned.add(`${s.key}=${s.value}`);
-      log.warn(`${s.where} sets runahead.${s.key} to ${s.value}: ignored, only your user settings choose the engine and models`);
+      log.warn(`${s.where} sets runahead.${s.key} to ${s.key === 'remote.headers' ? '(headers)' : s.value}: ignored, only your user settings choose the engine, the models and the remote server`);
     }
   };
   void warnIgnoredPathSettings();
@@ -97,9 +107,19 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   };
   client = new LanguageClient('runahead', 'Runahead', serverOptions, clientOptions);
 
+  const sendApiKey = async () => {
+    const apiKey = (await context.secrets.get(API_KEY_SECRET)) ?? '';
+    await client?.sendNotification(REMOTE_API_KEY_NOTIFICATION, { apiKey } satisfies RemoteApiKeyParams);
+  };
+  let shownProblem: string | undefined;
   context.subscriptions.push(
     client.onNotification('runahead/status', (s: ServerStatus) => {
       statusBar.setStatus(s);
+      if (s.state !== 'error') shownProblem = undefined;
+      else if (s.remote && s.message !== shownProblem) {
+        shownProblem = s.message;
+        void remoteProblemNotice(s);
+      }
       const line = engineLine(s);
       if (line && line !== running) log.info(line);
       running = line ?? running;
@@ -124,8 +144,33 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
     vscode.commands.registerCommand('runahead.showLog', () => log.show()),
     vscode.commands.registerCommand('runahead.selectModel', selectModel),
+    vscode.commands.registerCommand('runahead.setRemoteApiKey', async () => {
+      const key = await vscode.window.showInputBox({
+        title: 'Runahead: API key of the remote server',
+        prompt: 'Kept in the editor\'s secret storage and sent as "Authorization: Bearer …". Empty removes it.',
+        password: true,
+        ignoreFocusOut: true,
+      });
+      if (key === undefined) return;
+      if (key.trim()) await context.secrets.store(API_KEY_SECRET, key.trim());
+      else await context.secrets.delete(API_KEY_SECRET);
+      log.info(key.trim() ? 'remote API key set' : 'remote API key removed');
+    }),
+    // Set here or in another window: the server gets the new key either way.
+    context.secrets.onDidChange((e) => {
+      if (e.key === API_KEY_SECRET) void sendApiKey();
+    }),
   );
   await client.start();
+  await sendApiKey();
+}
+
+/** A remote server's problem (wrong URL, refused connection, key, model, endpoint) as a notification with the way out. */
+async function remoteProblemNotice(s: ServerStatus): Promise<void> {
+  const actions = s.remote?.problem === 'auth' ? ['Set API Key', 'Open Settings'] : ['Open Settings'];
+  const pick = await vscode.window.showErrorMessage(`Runahead: ${s.message}`, ...actions);
+  if (pick === 'Set API Key') await vscode.commands.executeCommand('runahead.setRemoteApiKey');
+  else if (pick === 'Open Settings') await vscode.commands.executeCommand('workbench.action.openSettings', s.remote?.problem === 'auth' ? 'runahead.remote.headers' : 'runahead.remote');
 }
 
 async function toggle(): Promise<void> {
@@ -161,6 +206,7 @@ async function showMenu(): Promise<void> {
     { label: '$(debug-restart) Restart engine', command: 'runahead.restartEngine' },
     { label: '$(output) Show log', command: 'runahead.showLog' },
     { label: '$(folder-opened) Select model…', command: 'runahead.selectModel' },
+    { label: '$(key) Set remote API key…', command: 'runahead.setRemoteApiKey' },
     { label: '$(settings-gear) Settings', command: 'workbench.action.openSettings' },
   ];
   const pick = await vscode.window.showQuickPick(items, { title: 'Runahead' });
