@@ -4,11 +4,12 @@
 // server's own, so the wire format is defined once.
 import type { EngineStatus } from '../../server/src/engine/supervisor';
 import type { CompletionMetrics } from '../../server/src/metrics';
+import type { RemoteInfo } from '../../server/src/remote/remoteSource';
 
 export type { CompletionMetrics };
 
 /** runahead/status: the engine supervisor's status and what the server adds to it. */
-export type ServerStatus = EngineStatus & { enabled: boolean; fimOrder?: string };
+export type ServerStatus = EngineStatus & { enabled: boolean; fimOrder?: string; remote?: RemoteInfo };
 
 export const num = (x: number | undefined, digits = 1) => (x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
 
