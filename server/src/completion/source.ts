@@ -17,7 +17,7 @@ import type { Settings } from '../settings';
 import type { ContextFile } from './fim';
 
 export interface SourceRequest {
-  /** Text before the cursor (token healing already applied) and after it, bounded by the Completer. */
+  /** Text before the cursor (token healing already applied) and after it: the whole document; the source windows it to its budget. */
   prefix: string;
   suffix: string;
   /** The file's path as the model should see it, and the repository's name. */
