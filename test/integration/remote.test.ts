@@ -10,6 +10,7 @@ import type { SourceRequest } from '../../server/src/completion/source';
 import { RemoteSource, type RemoteTiming } from '../../server/src/remote/remoteSource';
 import { fimPrompt, resolveTemplate, templateForModel, windowByChars } from '../../server/src/remote/fimTemplates';
 import { sseEvents } from '../../server/src/remote/sse';
+import { Completer } from '../../server/src/completion/completer';
 import { EngineOpenAIServer, engineBinary } from './remote/openaiServer';
 import { ReplayServer } from './remote/replayServer';
 
@@ -106,6 +107,21 @@ describe('remote: Runahead engine behind an OpenAI-compatible server', function 
     assert.equal(r.metrics.backend, 'remote');
     assert.equal(r.metrics.model, server.modelName);
     assert.ok(r.metrics.promptTokens! > 10);
+  });
+
+  it('through the Completer: a remote completion is served with its metrics (backend remote)', async () => {
+    const s = keyed();
+    await readyStatus(s);
+    const cfg = settings({ url: server.url }, { maxTokens: 16, deadlineMs: 5000 });
+    const completer = new Completer({ source: () => s, settings: () => cfg, log: () => undefined });
+    const text = 'def mean(xs):\n    return \n\nprint(mean([1, 2, 3]))\n';
+    const offset = 'def mean(xs):\n    return '.length;
+    const r = await within(10000, 'Completer', completer.complete({ uri: 'file:///stats.py', text, offset, languageId: 'python', path: 'stats.py', trigger: 'invoked' }));
+    assert.ok(r.metrics, `no metrics; finish ${r.finish}`);
+    assert.equal(r.metrics.backend, 'remote');
+    assert.equal(r.metrics.model, server.modelName);
+    assert.ok(r.metrics.ttftMs! > 0);
+    assert.ok(server.seen.at(-1)!.path === '/v1/completions');
   });
 
   it('cancel aborts the HTTP request: the server sees the connection close and stops the engine', async () => {
