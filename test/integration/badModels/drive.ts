@@ -48,6 +48,7 @@ export function procMemory(pid: number, field: 'VmRSS' | 'VmHWM'): number | unde
 
 /** Kills `pid` when its resident memory passes `limit`; returns a stop function. */
 function watchMemory(pid: number, limit: number, onKill: (rss: number) => void): () => void {
+  if (!pid) return () => undefined;
   const timer = setInterval(() => {
     const rss = procMemory(pid, 'VmRSS');
     if (rss !== undefined && rss > limit) {
@@ -91,15 +92,21 @@ export async function driveEngine(model: string, options: Record<string, unknown
     }
     waiters.forEach((w) => w());
   });
-  const exited = new Promise<void>((resolve) =>
-    child.on('exit', (code, signal) => {
+  const exited = new Promise<void>((resolve) => {
+    const ended = (code: number | null, signal: string | null, problem?: string) => {
+      if (exit) return;
       exit = { code, signal };
-      if (!ending && (signal || code !== 0)) problems.push(signal ? `engine killed by ${signal}` : `engine exited with status ${code}`);
+      if (problem) problems.push(problem);
       waiters.forEach((w) => w());
       resolve();
-    }),
-  );
-  const stopWatch = watchMemory(child.pid!, limits.killAboveBytes, (rss) => problems.push(`engine resident memory ${(rss / MiB).toFixed(0)} MiB passed ${(limits.killAboveBytes / MiB).toFixed(0)} MiB: killed`));
+    };
+    child.on('exit', (code, signal) => {
+      if (ending || (!signal && code === 0)) ended(code, signal);
+      else ended(code, signal, signal ? `engine killed by ${signal}` : `engine exited with status ${code}`);
+    });
+    child.on('error', (err) => ended(null, null, `engine could not start: ${err.message}`));
+  });
+  const stopWatch = watchMemory(child.pid ?? 0, limits.killAboveBytes, (rss) => problems.push(`engine resident memory ${(rss / MiB).toFixed(0)} MiB passed ${(limits.killAboveBytes / MiB).toFixed(0)} MiB: killed`));
   const send = (msg: object) => child.stdin.write(`${JSON.stringify(msg)}\n`);
   /** The first message matching `pred`, or undefined after the timeout or the exit. */
   const waitFor = (pred: (m: EngineMessage) => boolean, what: string, ms = limits.answerMs) =>
