@@ -214,6 +214,7 @@ const started = Date.now();
 const i = { value: 0 };
 let base;
 let engineBase;
+let end;
 let lastReport = 0;
 for (const [until, step] of [...plan, [total, 'end']]) {
   while (i.value < until) {
@@ -224,14 +225,13 @@ for (const [until, step] of [...plan, [total, 'end']]) {
     }
   }
   const s = await sample();
+  end = s;
   if (step === 'warm') base = s;
   if (step.startsWith('warm')) engineBase = s;
   if (step === 'kill' || step === 'stop' || step === 'end') engineWindow(engineBase, s, `${step === 'end' ? 'last' : `before ${step}`}`);
   if (step === 'kill') await kill(i);
   if (step === 'stop') await stop(i);
 }
-await Promise.all(pending);
-const end = await sample();
 const seconds = (Date.now() - started) / 1000;
 
 const heapGrowth = (end.heap - base.heap) / base.heap;
