@@ -14,8 +14,9 @@ let client: LanguageClient | undefined;
  * What runs (the engine), what is loaded (models) and where your code is sent (the remote server and its
  * headers): only the user's own settings choose them, never a workspace's.
  */
-const userOnlyKeys = ['enginePath', 'modelPath', 'draftModelPath', 'remote.url', 'remote.headers'];
-const keys = ['enabled', 'enginePath', 'modelPath', 'draftModelPath', 'backend', 'speculation', 'maxDraftTokens', 'maxTokens', 'deadlineMs', 'debounceMs', 'contextBudget', 'disabledLanguages'];
+const pathKeys = ['enginePath', 'modelPath', 'draftModelPath'];
+const userOnlyKeys = [...pathKeys, 'remote.url', 'remote.headers'];
+const keys = ['enabled', ...pathKeys, 'backend', 'speculation', 'maxDraftTokens', 'maxTokens', 'deadlineMs', 'debounceMs', 'contextBudget', 'disabledLanguages'];
 const remoteKeys = ['url', 'model', 'fimTemplate', 'fimCustom', 'stop', 'headers', 'timeoutMs'];
 /** Where the remote server's API key is kept (the editor's SecretStorage, never settings.json). */
 const API_KEY_SECRET = 'runahead.remote.apiKey';
