@@ -9,6 +9,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { alive } from './tools.mjs';
 
 export const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const sampleWorkspace = join(repoRoot, 'test', 'e2e', 'workspace');
@@ -152,15 +153,6 @@ export function descendants(pid) {
 /** The engine processes (named runahead-engine) whose parent chain leads to pid. */
 export function enginePids(pid) {
   return descendants(pid).filter((p) => p.comm === 'runahead-engine').map((p) => p.pid);
-}
-
-function alive(pid) {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 function killQuietly(pid, signal) {

@@ -91,7 +91,8 @@ function findNodeDist(dir) {
   throw new Error(`no Node ${NODE_MAJOR} binary with headers under ${dir}/node_modules (the npm package node@${NODE_MAJOR} did not install its platform package)`);
 }
 
-function alive(pid) {
+/** Whether a process with this id is running. */
+export function alive(pid) {
   try {
     process.kill(pid, 0);
     return true;
