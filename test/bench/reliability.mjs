@@ -13,7 +13,7 @@
 // Completions answered null while the engine is down are fine, and counted.
 //
 //   node esbuild.mjs && node test/bench/reliability.mjs [--requests 10000] [--model DIR] [--engine PATH]
-//        [--max-tokens 64] [--cancel-within-ms 8] [--trigger invoked|typing] [--stop-ms 3000]
+//        [--max-tokens 64] [--cancel-within-ms 8] [--trigger invoked|typing] [--stop-ms 3000] [--speculation auto|off|lookup]
 // A cancel comes 0..cancel-within-ms after its request.
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -54,7 +54,7 @@ conn.onNotification('runahead/metrics', (m) => {
 conn.onNotification('window/logMessage', () => undefined);
 conn.listen();
 
-const settings = { modelPath: model, enginePath: engine, maxTokens: Number(arg('max-tokens', 64)), deadlineMs: 2000, debounceMs: 0 };
+const settings = { modelPath: model, enginePath: engine, maxTokens: Number(arg('max-tokens', 64)), deadlineMs: 2000, debounceMs: 0, speculation: arg('speculation', 'auto') };
 await conn.sendRequest('initialize', { processId: process.pid, rootUri: pathToFileURL(root).href, capabilities: {}, initializationOptions: { settings } });
 await conn.sendNotification('initialized', {});
 const t0 = Date.now();
