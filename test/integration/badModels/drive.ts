@@ -191,14 +191,24 @@ export async function driveServer(modelPath: string, root: string, limits: Limit
   const enginePids = new Set<number>();
   const notePid = () => void (client.status?.pid && enginePids.add(client.status.pid));
   const poll = setInterval(notePid, 10);
+  const exited = new Promise<never>((_, reject) =>
+    client.child.on('exit', (code, signal) => reject(new Error(`the server exited (${signal ?? `status ${code}`}): ${client.logs.join('').split('\n').filter((l) => l.trim()).slice(-6).join(' | ')}`))),
+  );
+  exited.catch(() => undefined);
+  /** `p`, unless the server exits first (a later rejection of `p` is then ignored). */
+  const unlessExited = <T>(p: Promise<T>) => {
+    p.catch(() => undefined);
+    return Promise.race([p, exited]);
+  };
   let status: Status | undefined;
   let asked: Status | undefined;
   try {
-    await within(client.initialize(root), limits.answerMs, 'no answer to initialize');
-    status = await client.waitStatus((s) => (notePid(), ['error', 'ready', 'degraded'].includes(s.state)), limits.answerMs);
-    asked = await within(client.conn.sendRequest<Status>('runahead/status'), limits.answerMs, 'no answer to runahead/status');
+    await unlessExited(within(client.initialize(root), limits.answerMs, `no answer to initialize within ${limits.answerMs} ms`));
+    status = await unlessExited(client.waitStatus((s) => (notePid(), ['error', 'ready', 'degraded'].includes(s.state)), limits.answerMs));
+    asked = await unlessExited(within(client.conn.sendRequest<Status>('runahead/status'), limits.answerMs, `no answer to runahead/status within ${limits.answerMs} ms`));
   } catch (err) {
-    problems.push(`${status ? 'after the status' : `no final status within ${limits.answerMs} ms`} (${err instanceof Error ? err.message.split('\n')[0] : String(err)})`);
+    const why = err instanceof Error ? err.message.split('\n')[0] : String(err);
+    problems.push(status ? `after the status: ${why}` : why);
   } finally {
     clearInterval(poll);
     stopWatch();
