@@ -5,7 +5,7 @@ import { execFileSync } from 'node:child_process';
 import { copyFileSync, cpSync, mkdirSync, readFileSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 
-type Json = any; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = any; // parsed JSON of any shape
 
 /** Replaces the file with something else at the same path. */
 function replace(dir: string, file: string, make: (path: string) => void): void {
@@ -97,11 +97,10 @@ export const mutations = {
     const p = join(dir, file);
     truncateSync(p, Math.floor(statSync(p).size * fraction));
   },
-  /** A copy of the whole fixture in a subfolder (a draft model). */
+  /** A copy of the whole folder in a subfolder (a draft model); by way of a sibling, as a folder cannot be copied into itself. */
   copyModel(dir: string, sub: string): void {
-    const from = dir;
     const tmp = `${dir}.copy`;
-    cpSync(from, tmp, { recursive: true });
+    cpSync(dir, tmp, { recursive: true });
     cpSync(tmp, join(dir, sub), { recursive: true });
     rmSync(tmp, { recursive: true });
   },
@@ -158,7 +157,7 @@ export const mutations = {
       poisonBits[t.dtype][what](st.data, at);
     });
   },
-} satisfies Record<string, (dir: string, ...args: any[]) => void>; // eslint-disable-line @typescript-eslint/no-explicit-any
+} satisfies Record<string, (dir: string, ...args: any[]) => void>;
 
 export type MutationName = keyof typeof mutations;
 export type Step = [MutationName, ...unknown[]];
