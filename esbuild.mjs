@@ -14,7 +14,7 @@ const common = {
 };
 
 const builds = [
-  { ...common, entryPoints: ['server/src/server.ts'], outfile: 'dist/server.js' },
+  { ...common, entryPoints: ['server/src/main.ts'], outfile: 'dist/server.js' },
   { ...common, entryPoints: ['extension/src/extension.ts'], outfile: 'dist/extension.js', external: ['vscode'] },
 ];
 

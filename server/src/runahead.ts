@@ -2,22 +2,25 @@
 // in server.ts; the benchmark, the agent features and an HTTP API next): the
 // settings, the completion source they choose, the Completer with its caches
 // and counters, and the workspace.
+import { Agent } from './chat/agent';
 import { Completer, type CompletionCounters } from './completion/completer';
 import type { CompletionSource } from './completion/source';
 import { sourceFor, type SourceSecrets } from './completion/sources';
 import { notStarted, type EngineStatus } from './engine/supervisor';
 import type { Log } from './log';
-import { RemoteSource } from './remote/remoteSource';
+import { RemoteSource, type RemoteInfo } from './remote/remoteSource';
 import { defaultSettings, type Settings } from './settings';
 import { Workspace } from './workspace';
 
-/** What runahead/status carries: the source's status, and whether completions are on. */
-export type ServerStatus = EngineStatus & { enabled: boolean; fimOrder?: string };
+/** What runahead/status carries: the source's status, whether completions are on, and a remote server's details. */
+export type ServerStatus = EngineStatus & { enabled: boolean; fimOrder?: string; remote?: RemoteInfo };
 
 export class Runahead {
   settings: Settings = defaultSettings;
   readonly workspace = new Workspace();
   readonly completer: Completer;
+  /** Chat, edits and the local API: one queue in front of the same source. */
+  readonly agent = new Agent(() => this.source);
   private source: CompletionSource | undefined;
   private readonly secrets: SourceSecrets = {};
 

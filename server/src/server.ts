@@ -22,6 +22,7 @@ import { METRICS_NOTIFICATION, STATUS_NOTIFICATION } from './metrics';
 import { Runahead } from './runahead';
 import { readSettings } from './settings';
 import { REMOTE_API_KEY_NOTIFICATION, type RemoteApiKeyParams } from './remote/apiKey';
+import { serveAgentRequests } from './chat/lsp';
 
 const connection = createConnection(ProposedFeatures.all);
 const documents = new TextDocuments(TextDocument);
@@ -87,6 +88,8 @@ connection.onDidChangeConfiguration((params) => {
   runahead.configure(readSettings(raw && typeof raw === 'object' && 'runahead' in raw ? raw.runahead : raw, runahead.settings));
 });
 connection.onNotification(REMOTE_API_KEY_NOTIFICATION, (p: RemoteApiKeyParams | undefined) => runahead.setRemoteApiKey(p?.apiKey));
+// Chat, edits, token counts and the local API (chat/lsp.ts, api/).
+const api = serveAgentRequests(connection, runahead, log);
 connection.onRequest('runahead/restartEngine', () => runahead.restart());
 connection.onRequest('runahead/status', () => runahead.status());
 // Memory of the server and the engine's own counters (memory, requests, busy),
@@ -110,7 +113,9 @@ documents.onDidOpen((e) => runahead.opened(e.document.uri, e.document.getText())
 documents.onDidChangeContent((e) => runahead.edited(e.document.uri, e.document.getText()));
 documents.onDidClose((e) => runahead.closed(e.document.uri));
 
-connection.onShutdown(() => runahead.stop());
+connection.onShutdown(async () => {
+  await Promise.all([api.close(), runahead.stop()]);
+});
 // The engine never outlives the server, however the server ends.
 process.on('exit', () => runahead.killNow());
 for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {

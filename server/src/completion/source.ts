@@ -15,6 +15,7 @@ import type { CompletionMetrics } from '../metrics';
 import type { EngineStatus } from '../engine/supervisor';
 import type { Settings } from '../settings';
 import type { ContextFile } from './fim';
+import type { AgentModel, ChatDelta, ChatRequest, GenerationResult, TextRequest } from '../chat/types';
 
 export interface SourceRequest {
   /** Text before the cursor (token healing already applied) and after it: the whole document; the source windows it to its budget. */
@@ -67,4 +68,12 @@ export interface CompletionSource {
   stop?(): Promise<void>;
   /** Ends it at once and synchronously: the server process is exiting. */
   killNow?(): void;
+  /** Agent work (chat/agent mode, edits, the local API; server/src/chat): the model it runs on. Throws an AgentError when it cannot chat. */
+  agentModel?(): Promise<AgentModel>;
+  /** A chat turn: text and tool calls streamed by `onDelta`. Throws an AgentError for a request it cannot serve. */
+  chat?(request: ChatRequest, onDelta: (d: ChatDelta) => void): Promise<GenerationResult>;
+  /** A plain or fill-in-the-middle text completion, streamed by `onText`. */
+  text?(request: TextRequest, onText: (delta: string) => void): Promise<GenerationResult>;
+  /** Tokens of `text` by the model's tokenizer (estimated where it is remote). */
+  countTokens?(text: string): Promise<number>;
 }

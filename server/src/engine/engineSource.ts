@@ -4,6 +4,8 @@
 // generation on it (request.ts). Its status is the engine's, unless the
 // server's read of the model folder is still running or failed.
 import { follow } from '../abort';
+import { EngineAgent } from '../chat/engineAgent';
+import type { AgentModel, ChatDelta, ChatRequest, GenerationResult, TextRequest } from '../chat/types';
 import type { CompletionSource, SourceRequest, SourceResult } from '../completion/source';
 import type { Log } from '../log';
 import { engineMetrics } from '../metrics';
@@ -20,6 +22,12 @@ export class EngineSource implements CompletionSource {
   private readonly listeners: (() => void)[] = [];
   /** Generations running now: a reload of the model cancels them. */
   private readonly running = new Set<AbortController>();
+  /** Chat, edits and API completions; inline completions pre-empt them (chat/inlineFirst.ts). */
+  readonly agent = new EngineAgent({
+    connect: () => this.supervisor.ready(30_000),
+    model: () => this.model.context,
+    loadReport: () => this.supervisor.loadReport,
+  });
 
   constructor(
     settings: Settings,
@@ -64,6 +72,31 @@ export class EngineSource implements CompletionSource {
   }
 
   async complete(request: SourceRequest, onText?: (textSoFar: string) => void): Promise<SourceResult> {
+    const inlineEnds = this.agent.inlineFirst.inlineStarts();
+    try {
+      return await this.completeInline(request, onText);
+    } finally {
+      inlineEnds();
+    }
+  }
+
+  agentModel(): Promise<AgentModel> {
+    return this.agent.agentModel();
+  }
+
+  chat(request: ChatRequest, onDelta: (d: ChatDelta) => void): Promise<GenerationResult> {
+    return this.agent.chat(request, onDelta);
+  }
+
+  text(request: TextRequest, onText: (delta: string) => void): Promise<GenerationResult> {
+    return this.agent.text(request, onText);
+  }
+
+  countTokens(text: string): Promise<number> {
+    return this.agent.countTokens(text);
+  }
+
+  private async completeInline(request: SourceRequest, onText?: (textSoFar: string) => void): Promise<SourceResult> {
     const conn = await this.supervisor.ready(0);
     const model = this.model.context;
     if (!conn || !model) return { ok: false, text: '', finish: 'error', error: 'the engine is not ready', metrics: {} };

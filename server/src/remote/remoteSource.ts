@@ -4,6 +4,8 @@
 // checked by GET /v1/models at start, every healthMs, and at once when a
 // completion is asked for while the last check failed.
 import { EventEmitter } from 'node:events';
+import { RemoteAgent } from '../chat/remoteAgent';
+import type { AgentModel, ChatDelta, ChatRequest, GenerationResult, TextRequest } from '../chat/types';
 import type { CompletionSource, SourceRequest, SourceResult } from '../completion/source';
 import type { EngineStatus } from '../engine/supervisor';
 import type { Log } from '../log';
@@ -53,6 +55,13 @@ export class RemoteSource extends EventEmitter implements CompletionSource {
   private _status: RemoteStatus = { state: 'starting', message: 'checking the remote server', warnings: [], restarts: 0, backend: 'remote', remote: { url: '', models: [] } };
 
   private readonly timing: RemoteTiming;
+  /** Chat and text for agent work, forwarded to the server's own endpoints. */
+  private readonly agent = new RemoteAgent({
+    base: () => this.base,
+    model: () => this.model(),
+    headers: () => this.headers(),
+    timeoutMs: () => this.settings.timeoutMs,
+  });
 
   constructor(
     settings: Settings,
@@ -102,6 +111,22 @@ export class RemoteSource extends EventEmitter implements CompletionSource {
       await Promise.race([this.check(), new Promise((r) => setTimeout(r, waitMs).unref())]);
     }
     return this.usable();
+  }
+
+  agentModel(): Promise<AgentModel> {
+    return this.agent.agentModel();
+  }
+
+  chat(request: ChatRequest, onDelta: (d: ChatDelta) => void): Promise<GenerationResult> {
+    return this.agent.chat(request, onDelta);
+  }
+
+  text(request: TextRequest, onText: (delta: string) => void): Promise<GenerationResult> {
+    return this.agent.text(request, onText);
+  }
+
+  countTokens(text: string): Promise<number> {
+    return this.agent.countTokens(text);
   }
 
   async complete(request: SourceRequest, onText?: (textSoFar: string) => void): Promise<SourceResult> {
