@@ -6,6 +6,7 @@ import * as vscode from 'vscode';
 import { LanguageClient, TransportKind, type LanguageClientOptions, type ServerOptions } from 'vscode-languageclient/node';
 import { engineLine, metricsLine, type CompletionMetrics, type ServerStatus } from './format';
 import { StatusBar } from './statusBar';
+import { registerChat } from './chat';
 import { REMOTE_API_KEY_NOTIFICATION, type RemoteApiKeyParams } from '../../server/src/remote/apiKey';
 
 let client: LanguageClient | undefined;
@@ -163,6 +164,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
   );
   await client.start();
+  registerChat(context, client, log);
   await sendApiKey();
 }
 
