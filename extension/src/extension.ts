@@ -4,7 +4,9 @@
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { LanguageClient, TransportKind, type LanguageClientOptions, type ServerOptions } from 'vscode-languageclient/node';
-import { engineLine, metricsLine, type CompletionMetrics, type ServerStatus } from './format';
+import { engineLine, ErrorOnce, isModelProblem, measuresSpeed, metricsLine, type CompletionMetrics, type ServerStatus } from './format';
+import { selectModel } from './selectModel';
+import { Snooze } from './snooze';
 import { StatusBar } from './statusBar';
 import { registerChat } from './chat';
 import { REMOTE_API_KEY_NOTIFICATION, type RemoteApiKeyParams } from '../../server/src/remote/apiKey';
@@ -80,7 +82,18 @@ async function ignoredWorkspaceSettings(): Promise<IgnoredSetting[]> {
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const log = vscode.window.createOutputChannel('Runahead', { log: true });
   const statusBar = new StatusBar();
-  context.subscriptions.push(log, statusBar);
+  const snooze = new Snooze(() => updateLocal());
+  context.subscriptions.push(log, statusBar, snooze);
+  let lastStatus: ServerStatus | undefined;
+  let lastEngine: CompletionMetrics | undefined;
+  /** What only the editor knows, for the status item: a snooze, and the active editor's language turned off. */
+  const updateLocal = () => {
+    const language = vscode.window.activeTextEditor?.document.languageId;
+    const disabled = vscode.workspace.getConfiguration('runahead').get<string[]>('disabledLanguages', []);
+    statusBar.setLocal({ snoozedMinutes: snooze.minutesLeft(), disabledLanguage: language && disabled.includes(language) ? language : undefined });
+  };
+  updateLocal();
+  context.subscriptions.push(vscode.window.onDidChangeActiveTextEditor(updateLocal));
   const logTrust = () => log.info(`workspace ${vscode.workspace.isTrusted ? 'trusted' : 'not trusted (Restricted Mode)'}; runahead.${userOnlyKeys.join(', runahead.')} come from user settings only`);
   logTrust();
   context.subscriptions.push(vscode.workspace.onDidGrantWorkspaceTrust(logTrust));
@@ -106,6 +119,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
     initializationOptions: { settings: settings() },
     outputChannel: log,
+    middleware: {
+      // While snoozed, typing asks nothing; an explicit request (Alt+\) still completes.
+      provideInlineCompletionItems: (document, position, ctx, token, next) =>
+        snooze.minutesLeft() !== undefined && ctx.triggerKind === vscode.InlineCompletionTriggerKind.Automatic ? null : next(document, position, ctx, token),
+    },
   };
   client = new LanguageClient('runahead', 'Runahead', serverOptions, clientOptions);
 
@@ -114,30 +132,40 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     await client?.sendNotification(REMOTE_API_KEY_NOTIFICATION, { apiKey } satisfies RemoteApiKeyParams);
   };
   let shownProblem: string | undefined;
+  const errors = new ErrorOnce();
   context.subscriptions.push(
     client.onNotification('runahead/status', (s: ServerStatus) => {
+      lastStatus = s;
       statusBar.setStatus(s);
+      if (s.state === 'error') lastEngine = undefined;
       if (s.state !== 'error') shownProblem = undefined;
-      else if (s.remote && s.message !== shownProblem) {
+      else if (s.message !== shownProblem) {
         shownProblem = s.message;
-        void remoteProblemNotice(s);
+        void (s.remote ? remoteProblemNotice(s) : problemNotice(s));
       }
       const line = engineLine(s);
       if (line && line !== running) log.info(line);
       running = line ?? running;
-      if (s.state === 'error') log.error(`status: ${s.message}`);
-      else if (s.state === 'restarting' || s.state === 'degraded') log.warn(`status ${s.state}: ${s.message}`);
+      if (s.state === 'error') {
+        if (errors.first(s.message)) log.error(s.message);
+      } else {
+        const repeats = errors.summary();
+        if (repeats) log.info(repeats);
+        if (s.state === 'restarting' || s.state === 'degraded') log.warn(`${s.state === 'restarting' ? 'restarting the engine' : 'running degraded'}: ${s.message}`);
+      }
     }),
     client.onNotification('runahead/metrics', (m: CompletionMetrics) => {
       statusBar.setMetrics(m);
+      if (measuresSpeed(m)) lastEngine = m;
       log.info(metricsLine(m));
     }),
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (!e.affectsConfiguration('runahead')) return;
+      updateLocal();
       void client?.sendNotification('workspace/didChangeConfiguration', { settings: { runahead: settings() } });
       void warnIgnoredPathSettings();
     }),
-    vscode.commands.registerCommand('runahead.showMenu', showMenu),
+    vscode.commands.registerCommand('runahead.showMenu', () => showMenu(snooze)),
     vscode.commands.registerCommand('runahead.toggle', toggle),
     vscode.commands.registerCommand('runahead.restartEngine', async () => {
       log.info('restarting the engine');
@@ -145,7 +173,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       if (s) statusBar.setStatus(s);
     }),
     vscode.commands.registerCommand('runahead.showLog', () => log.show()),
-    vscode.commands.registerCommand('runahead.selectModel', selectModel),
+    vscode.commands.registerCommand('runahead.selectModel', () => selectModel({ context, status: () => lastStatus, lastEngine: () => lastEngine, log })),
+    vscode.commands.registerCommand('runahead.snooze', async (minutes?: number) => {
+      const m = minutes ?? (await pickSnooze());
+      if (m) await snooze.start(m);
+    }),
+    vscode.commands.registerCommand('runahead.cancelSnooze', () => snooze.cancel()),
+    vscode.commands.registerCommand('runahead.openSample', openSample),
+    vscode.commands.registerCommand('runahead.disableForLanguage', (language?: string) => setLanguage(language, false)),
+    vscode.commands.registerCommand('runahead.enableForLanguage', (language?: string) => setLanguage(language, true)),
     vscode.commands.registerCommand('runahead.setRemoteApiKey', async () => {
       const key = await vscode.window.showInputBox({
         title: 'Runahead: API key of the remote server',
@@ -176,46 +212,84 @@ async function remoteProblemNotice(s: ServerStatus): Promise<void> {
   else if (pick === 'Open Settings') await vscode.commands.executeCommand('workbench.action.openSettings', s.remote?.problem === 'auth' ? 'runahead.remote.headers' : 'runahead.remote');
 }
 
+/** The engine or model failed: one notification per distinct error, with the ways out. */
+async function problemNotice(s: ServerStatus): Promise<void> {
+  const setting = isModelProblem(s.message) ? 'runahead.modelPath' : 'runahead.enginePath';
+  const pick = await vscode.window.showErrorMessage(`Runahead: ${s.message}`, 'Select Model', 'Open Setting', 'Show Log');
+  if (pick === 'Select Model') await vscode.commands.executeCommand('runahead.selectModel');
+  else if (pick === 'Open Setting') await vscode.commands.executeCommand('workbench.action.openSettings', setting);
+  else if (pick === 'Show Log') await vscode.commands.executeCommand('runahead.showLog');
+}
+
+/** The walkthrough's sample: a small TypeScript file, untitled, with the cursor where a completion helps. */
+async function openSample(): Promise<void> {
+  const content = [
+    'export class Point {',
+    '  constructor(readonly x: number, readonly y: number) {}',
+    '',
+    '  add(other: Point): Point {',
+    '    return new Point(this.x + other.x, this.y + other.y);',
+    '  }',
+    '',
+    '  ',
+    '}',
+    '',
+  ].join('\n');
+  const doc = await vscode.workspace.openTextDocument({ language: 'typescript', content });
+  const editor = await vscode.window.showTextDocument(doc);
+  const at = new vscode.Position(7, 2);
+  editor.selection = new vscode.Selection(at, at);
+}
+
+async function pickSnooze(): Promise<number | undefined> {
+  const pick = await vscode.window.showQuickPick(
+    [5, 15, 60].map((m) => ({ label: `${m} minutes`, minutes: m })),
+    { title: 'Runahead: no completions while typing for…' },
+  );
+  return pick?.minutes;
+}
+
+/** Turns completions on or off for a language (the active editor's by default) in the user's runahead.disabledLanguages. */
+async function setLanguage(language: string | undefined, on: boolean): Promise<void> {
+  const lang = language ?? vscode.window.activeTextEditor?.document.languageId;
+  if (!lang) return;
+  const c = vscode.workspace.getConfiguration('runahead');
+  const list = c.get<string[]>('disabledLanguages', []);
+  const next = on ? list.filter((l) => l !== lang) : [...new Set([...list, lang])];
+  if (next.length !== list.length) await c.update('disabledLanguages', next, vscode.ConfigurationTarget.Global);
+}
+
 async function toggle(): Promise<void> {
   const c = vscode.workspace.getConfiguration('runahead');
   await c.update('enabled', !c.get<boolean>('enabled', true), vscode.ConfigurationTarget.Global);
 }
 
-async function selectModel(): Promise<void> {
-  const config = vscode.workspace.getConfiguration('runahead');
-  const current = config.get<string>('modelPath', '');
-  const pick = await vscode.window.showQuickPick(
-    [
-      { label: '$(package) Embedded model', description: current ? '' : 'current', path: '' },
-      ...(current ? [{ label: `$(folder) ${path.basename(current)}`, description: `current: ${current}`, path: current }] : []),
-      { label: '$(folder-opened) Choose a model folder…', description: 'a Hugging Face folder: config.json, *.safetensors, tokenizer.json', path: undefined },
-    ],
-    { title: 'Runahead: model' },
-  );
-  if (!pick) return;
-  let chosen = pick.path;
-  if (chosen === undefined) {
-    const folder = await vscode.window.showOpenDialog({ canSelectFolders: true, canSelectFiles: false, openLabel: 'Use this model', title: 'Runahead: a Hugging Face model folder' });
-    if (!folder?.[0]) return;
-    chosen = folder[0].fsPath;
-  }
-  if (chosen !== current) await config.update('modelPath', chosen, vscode.ConfigurationTarget.Global);
-}
-
-async function showMenu(): Promise<void> {
-  const enabled = vscode.workspace.getConfiguration('runahead').get<boolean>('enabled', true);
-  const items: (vscode.QuickPickItem & { command: string })[] = [
+async function showMenu(snooze: Snooze): Promise<void> {
+  const c = vscode.workspace.getConfiguration('runahead');
+  const enabled = c.get<boolean>('enabled', true);
+  const language = vscode.window.activeTextEditor?.document.languageId;
+  const languageOff = language !== undefined && c.get<string[]>('disabledLanguages', []).includes(language);
+  const left = snooze.minutesLeft();
+  type Item = vscode.QuickPickItem & { command: string; args?: unknown[] };
+  const items: Item[] = [
+    { label: '$(folder-opened) Select model…', description: 'models on this machine, or download one', command: 'runahead.selectModel' },
     { label: enabled ? '$(circle-slash) Disable completions' : '$(check) Enable completions', command: 'runahead.toggle' },
+    ...(language
+      ? [languageOff
+          ? { label: `$(check) Enable for ${language}`, command: 'runahead.enableForLanguage', args: [language] }
+          : { label: `$(circle-slash) Disable for ${language}`, command: 'runahead.disableForLanguage', args: [language] }]
+      : []),
+    ...(left !== undefined
+      ? [{ label: '$(bell) Cancel snooze', description: `${left} min left`, command: 'runahead.cancelSnooze' }]
+      : [5, 15, 60].map((m) => ({ label: `$(bell-slash) Snooze ${m} minutes`, command: 'runahead.snooze', args: [m] }))),
     { label: '$(debug-restart) Restart engine', command: 'runahead.restartEngine' },
     { label: '$(output) Show log', command: 'runahead.showLog' },
-    { label: '$(folder-opened) Select model…', command: 'runahead.selectModel' },
     { label: '$(key) Set remote API key…', command: 'runahead.setRemoteApiKey' },
-    { label: '$(settings-gear) Settings', command: 'workbench.action.openSettings' },
+    { label: '$(book) Get started', description: 'the walkthrough', command: 'workbench.action.openWalkthrough', args: ['runahead.runahead#runahead.gettingStarted', false] },
+    { label: '$(settings-gear) Settings', command: 'workbench.action.openSettings', args: ['runahead'] },
   ];
   const pick = await vscode.window.showQuickPick(items, { title: 'Runahead' });
-  if (!pick) return;
-  if (pick.command === 'workbench.action.openSettings') await vscode.commands.executeCommand(pick.command, 'runahead');
-  else await vscode.commands.executeCommand(pick.command);
+  if (pick) await vscode.commands.executeCommand(pick.command, ...(pick.args ?? []));
 }
 
 export async function deactivate(): Promise<void> {

@@ -2,14 +2,10 @@
 // runahead/status and runahead/metrics notifications (no VS Code API here, so
 // the unit tests can check them). The metrics and status types are the
 // server's own, so the wire format is defined once.
-import type { EngineStatus } from '../../server/src/engine/supervisor';
 import type { CompletionMetrics } from '../../server/src/metrics';
-import type { RemoteInfo } from '../../server/src/remote/remoteSource';
+import type { ServerStatus } from '../../server/src/runahead';
 
-export type { CompletionMetrics };
-
-/** runahead/status: the engine supervisor's status and what the server adds to it. */
-export type ServerStatus = EngineStatus & { enabled: boolean; fimOrder?: string; remote?: RemoteInfo };
+export type { CompletionMetrics, ServerStatus };
 
 export const num = (x: number | undefined, digits = 1) => (x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
 
@@ -36,28 +32,110 @@ export function metricsLine(m: CompletionMetrics): string {
 
 export function optimizationsText(o: Record<string, unknown> | undefined): string {
   if (!o) return '–';
-  return Object.entries(o).map(([k, v]) => (v === true ? k : v === false ? `~~${k}~~` : `${k}: ${String(v)}`)).join(', ');
+  return Object.entries(o).map(([k, v]) => (v === true ? k : v === false ? `${k} off` : `${k}: ${String(v)}`)).join(', ');
 }
 
-/** The status bar item's text and colour for a status and the last engine completion. */
-export function statusText(s: ServerStatus | undefined, last: CompletionMetrics | undefined): { text: string; level: 'normal' | 'warning' | 'error' } {
-  const speed = last ? speedText(last) : 'ready';
-  if (!s) return { text: '$(loading~spin) Runahead', level: 'normal' };
-  if (!s.enabled) return { text: '$(circle-slash) Runahead', level: 'normal' };
+/** What only the editor knows: a snooze, and whether the active editor's language is turned off. */
+export interface LocalState {
+  /** Minutes left of a snooze (rounded up); undefined when not snoozed. */
+  snoozedMinutes?: number;
+  /** The active editor's language id when it is in runahead.disabledLanguages. */
+  disabledLanguage?: string;
+}
+
+export type Level = 'normal' | 'warning' | 'error';
+
+/** The status bar item: its text (with a codicon), what a screen reader says, its colour, and what a click does. */
+export interface StatusView {
+  text: string;
+  /** The same in words, for StatusBarItem.accessibilityInformation (no codicon names, no Markdown). */
+  label: string;
+  level: Level;
+  /** A click: the menu, or turning the active language back on. */
+  click: 'menu' | 'enableLanguage';
+}
+
+/** Whether an error is about the model (a missing or unreadable folder or file) rather than the engine. */
+export function isModelProblem(message: string): boolean {
+  return /\bmodel\b|config\.json|safetensors|tokenizer|\bgguf\b/i.test(message);
+}
+
+/** The status bar item for a status, the last engine completion and the editor's own state. */
+export function statusView(s: ServerStatus | undefined, last: CompletionMetrics | undefined, local: LocalState = {}): StatusView {
+  const view = (text: string, label: string, level: Level = 'normal', click: StatusView['click'] = 'menu'): StatusView => ({ text, label, level, click });
+  if (!s) return view('$(loading~spin) Runahead', 'Runahead: starting');
+  if (s.state === 'error') {
+    const what = isModelProblem(s.message) ? 'no model' : 'error';
+    return view(`$(error) Runahead: ${what}`, `Runahead: ${what}. ${s.message}. Click for actions.`, 'error');
+  }
+  if (!s.enabled) return view('$(circle-slash) Runahead: off', 'Runahead: completions are off. Click for actions.');
+  if (local.snoozedMinutes !== undefined) return view(`$(bell-slash) Runahead: snoozed ${local.snoozedMinutes} min`, `Runahead: snoozed, ${local.snoozedMinutes} minutes left. Click for actions.`);
+  if (local.disabledLanguage) {
+    return view(`$(circle-slash) Runahead: off for ${local.disabledLanguage}`, `Runahead: off for ${local.disabledLanguage}. Click to turn it on for ${local.disabledLanguage}.`, 'normal', 'enableLanguage');
+  }
   switch (s.state) {
+    case 'stopped':
     case 'starting':
     case 'loading': {
-      const pct = s.progress && s.progress.total > 0 ? ` ${Math.round((100 * s.progress.done) / s.progress.total)}%` : '';
-      return { text: `$(loading~spin) Runahead${pct}`, level: 'normal' };
+      const pct = s.progress && s.progress.total > 0 ? Math.round((100 * s.progress.done) / s.progress.total) : undefined;
+      return view(`$(loading~spin) Runahead${pct === undefined ? '' : ` ${pct}%`}`, `Runahead: loading the model${pct === undefined ? '' : `, ${pct} percent`}`);
     }
     case 'restarting':
-      return { text: '$(loading~spin) Runahead restarting', level: 'warning' };
+      return view('$(loading~spin) Runahead: restarting', `Runahead: restarting the engine. ${s.message}`, 'warning');
     case 'ready':
-      return { text: `$(zap) ${speed}`, level: 'normal' };
-    case 'degraded':
-      return { text: `$(warning) ${speed}`, level: 'warning' };
-    default:
-      return { text: '$(error) Runahead', level: 'error' };
+    case 'degraded': {
+      const level = s.state === 'ready' ? 'normal' : 'warning';
+      const icon = s.state === 'ready' ? '$(zap)' : '$(warning)';
+      const warn = s.state === 'ready' ? '' : ` Degraded: ${s.message}.`;
+      if (!last) return view(`${icon} Runahead`, `Runahead: ready, no completion yet.${warn}`, level);
+      return view(`${icon} ${speedText(last)}`, `Runahead: ${num(last.decodeMsPerToken)} milliseconds per token, ${num(last.acceptedPerStep)} tokens per model step.${warn}`, level);
+    }
+  }
+}
+
+/** The hover's first line, in words. */
+export function headline(s: ServerStatus | undefined, local: LocalState = {}): string {
+  if (!s) return 'starting';
+  if (s.state === 'error') return isModelProblem(s.message) ? 'no model: the model could not be loaded' : 'error';
+  if (!s.enabled) return 'completions are off (runahead.enabled)';
+  if (local.snoozedMinutes !== undefined) return `snoozed, ${local.snoozedMinutes} min left`;
+  if (local.disabledLanguage) return `off for ${local.disabledLanguage} (runahead.disabledLanguages)`;
+  return s.state;
+}
+
+/** What "/step" means, for the hover. */
+export function perStepText(m: CompletionMetrics): string {
+  return `${num(m.acceptedPerStep)} tokens per model step from speculative decoding (1.0 = no speed-up)`;
+}
+
+/**
+ * Each distinct error logged once: `first(message)` says whether to log it; repeats are counted
+ * and reported once, by `summary()`, when another message comes or the error clears.
+ */
+export class ErrorOnce {
+  private current: string | undefined;
+  private repeats = 0;
+  private readonly seen = new Set<string>();
+
+  /** True when `message` was not logged before. */
+  first(message: string): boolean {
+    if (message === this.current) {
+      this.repeats++;
+      return false;
+    }
+    this.current = message;
+    this.repeats = 0;
+    if (this.seen.has(message)) return false;
+    this.seen.add(message);
+    return true;
+  }
+
+  /** `the error above came N more times` when it repeated, then forgets it (the error cleared). */
+  summary(): string | undefined {
+    const line = this.current !== undefined && this.repeats > 0 ? `the error above came ${this.repeats} more time${this.repeats === 1 ? '' : 's'}: ${this.current}` : undefined;
+    this.current = undefined;
+    this.repeats = 0;
+    return line;
   }
 }
 

@@ -47,4 +47,20 @@ describe('log grammar', () => {
     assert.ok(scopesOf(err, '[error]').includes('invalid.illegal.level.error.runahead'));
     assert.ok(scopesOf(err, 'no engine binary').includes('invalid.illegal.error.runahead'));
   });
+
+  it('does not highlight numbers inside paths', () => {
+    const load = '2026-11-29 10:59:03.000 [info] engine /opt/run-3s/runahead-engine · model /home/u/.cache/huggingface/hub/models--Qwen--Qwen2.5-Coder-1.5B/snapshots/8a1f/ 2 ms';
+    for (const inside of ['3s', '2.5', '1.5B']) {
+      const scopes = scopesOf(load, inside);
+      assert.ok(scopes.includes('string.unquoted.path.runahead'), `${inside}: ${scopes.join(' ')}`);
+      assert.ok(!scopes.some((x) => x.startsWith('constant.numeric')), `${inside}: ${scopes.join(' ')}`);
+    }
+    const win = '2026-11-29 10:59:03.000 [info] model C:\\models\\qwen2.5-coder-7b loaded in 4 s';
+    assert.ok(scopesOf(win, '2.5').includes('string.unquoted.path.runahead'));
+    assert.ok(scopesOf(win, '4').includes('constant.numeric.runahead'), 'a figure after the path is still one');
+    // Units with a slash are not paths.
+    assert.ok(scopesOf(line, '0.91').includes('constant.numeric.ms-per-token.runahead'));
+    assert.ok(scopesOf(line, '812').includes('constant.numeric.runahead'));
+  });
 });
+

@@ -232,7 +232,8 @@ export class EngineSupervisor extends EventEmitter {
       return this.fail(epoch, `engine ${binary} speaks protocol ${hello.protocol}; this server speaks ${PROTOCOL_VERSION}: rebuild the engine (npm run build:engine)`, where);
     }
     greeted = true;
-    this.log('info', `engine ${hello.engine} (pid ${conn.pid}) at ${binary}`);
+    // The extension logs the binary's path with the model's; this line says only that it started.
+    this.log('info', `engine ${hello.engine} started (pid ${conn.pid})`);
     this.setStatus({ state: 'loading', message: `loading ${model.path}`, engine: hello.engine, ...where, pid: conn.pid });
 
     try {

@@ -185,3 +185,15 @@ export function formatBytes(bytes: number): string {
   if (bytes >= 1e6) return `${Math.round(bytes / 1e6)} MB`;
   return `${Math.max(1, Math.round(bytes / 1e3))} kB`;
 }
+
+/** Bytes of the weights a model reads per step: a folder's *.safetensors, or a GGUF file. */
+export function weightBytes(path: string): number {
+  try {
+    if (statSync(path).isFile()) return size(path);
+    return readdirSync(path)
+      .filter((f) => f.endsWith('.safetensors') && !f.startsWith('mtp'))
+      .reduce((n, f) => n + size(join(path, f)), 0);
+  } catch {
+    return 0;
+  }
+}

@@ -2,6 +2,9 @@
 // small file with its golden cases in test/unit/golden/<filter>/.
 import type { Filter, FilterContext } from './context';
 import { stopAtInvalidText } from './stopAtInvalidText';
+import { dropSuffixEcho } from './dropSuffixEcho';
+import { stopRepeatedPhrase } from './stopRepeatedPhrase';
+import { removeRepeatedBlocks } from './removeRepeatedBlocks';
 import { singleLineWhenTextFollows } from './singleLineWhenTextFollows';
 import { limitScopeByIndentation } from './limitScopeByIndentation';
 import { removeRepeatedLines } from './removeRepeatedLines';
@@ -12,9 +15,12 @@ import { trimTrailingWhitespace } from './trimTrailingWhitespace';
 
 export const filters: Record<string, Filter> = {
   stopAtInvalidText,
+  dropSuffixEcho,
+  stopRepeatedPhrase,
   singleLineWhenTextFollows,
   limitScopeByIndentation,
   removeRepeatedLines,
+  removeRepeatedBlocks,
   dropDuplicateSuffixLines,
   balanceBrackets,
   removeSuffixOverlap,
