@@ -7,9 +7,15 @@
 // ms per output token for each, checks that every drafter's greedy output equals
 // the plain one, and then runs a synthetic repetitive prompt to show how much it
 // flatters speculation. A benchmark, not a test: it reports and never fails on speed.
+// The agent-edit workload (--edit-tasks N, 0 skips it) rewrites a real selection
+// with a small change (rename one identifier), prompted as Edit Selection with
+// Instruction prompts: the file, the selection, the instruction (in the model's
+// chat template when it has one); it reports tokens per step per drafter, and how
+// much of the output reproduces the selection. Files of the packages in
+// /work/shared/RESERVED.md are never used.
 //
 //   node test/bench/speculation.mjs [--model DIR] [--engine PATH] [--tasks 40] [--max-tokens 64]
-//        [--threads 0] [--seed 1] [--modes off,lookup,mtp,draft,auto] [--fixed-k 4] [--json OUT]
+//        [--threads 0] [--seed 1] [--modes off,lookup,mtp,draft,auto] [--fixed-k 4] [--edit-tasks 12] [--json OUT]
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
@@ -48,6 +54,9 @@ function rng(s) {
 }
 
 // ---- tasks: FIM cuts from real files -------------------------------------------------
+// Kept out of everything the project evaluates on (/work/shared/RESERVED.md).
+const RESERVED = new Set(['express', 'zod', 'date-fns', 'koa', 'fastify', 'rxjs']);
+
 function sourceFiles(dir, out = []) {
   for (const name of readdirSync(dir).sort()) {
     const p = join(dir, name);
@@ -58,7 +67,7 @@ function sourceFiles(dir, out = []) {
       continue;
     }
     if (st.isDirectory()) {
-      if (name !== '.bin' && name !== 'test' && name !== 'tests') sourceFiles(p, out);
+      if (name !== '.bin' && name !== 'test' && name !== 'tests' && !RESERVED.has(name)) sourceFiles(p, out);
     } else if (/\.(m?js|cjs|ts)$/.test(name) && !/\.min\.js$|\.d\.ts$/.test(name) && st.size > 3000 && st.size < 150_000) {
       out.push(p);
     }
@@ -136,9 +145,9 @@ class Engine {
       this.child.stdin.write(`${JSON.stringify(msg)}\n`);
     });
   }
-  async generate(id, prompt) {
+  async generate(id, prompt, max = maxTokens) {
     this.tokens.set(id, []);
-    const done = await this.request({ type: 'generate', id, prompt, params: { max_tokens: maxTokens, temperature: 0 } });
+    const done = await this.request({ type: 'generate', id, prompt, params: { max_tokens: max, temperature: 0 } });
     const tokens = this.tokens.get(id);
     this.tokens.delete(id);
     return { tokens, done };
@@ -169,7 +178,7 @@ async function runVariants(variants, tasks, label) {
   for (let i = 0; i < tasks.length; i++) {
     for (const r of results) {
       if (r.error) continue;
-      const { tokens: out, done } = await r.engine.generate(`${label}-${r.mode}-${i}`, tasks[i].prompt);
+      const { tokens: out, done } = await r.engine.generate(`${label}-${r.mode}-${i}`, tasks[i].prompt, tasks[i].maxTokens);
       const s = done.stats;
       r.outputs.push(out);
       r.tokens += s.tokens;
@@ -239,5 +248,69 @@ const synth = await runVariants(variants, synthetic, 'synthetic');
 console.log('\nsynthetic repetitive prompts (5 blocks, each repeated 12 times):');
 table(synth, synth.find((r) => r.mode === 'off' && !r.error));
 
+// ---- agent edits: rewrite a real selection with a small change -------------------------
+const editCount = Number(arg('edit-tasks', 12));
+const chatTemplate = (() => {
+  const t = existsSync(tokConfigPath) ? JSON.parse(readFileSync(tokConfigPath, 'utf8')).chat_template : undefined;
+  return typeof t === 'string' ? t : undefined;
+})();
+
+async function editPrompt(file, before, selection, after, instruction) {
+  // The same prompt text as extension/src/chat/edit.ts (editMessages).
+  const user = `File ${file}:\n${before.slice(-6000)}<selection>\n${selection}\n</selection>${after.slice(0, 6000)}\n\nThe selection:\n${selection}\n\nInstruction: ${instruction}\nRewrite the selection.`;
+  const system = 'You edit code. Reply with the rewritten selection only: no explanation, no code fences, the same indentation as the original.';
+  if (chatTemplate) {
+    const { Template } = await import('@huggingface/jinja');
+    return encode(new Template(chatTemplate).render({ messages: [{ role: 'system', content: system }, { role: 'user', content: user }], add_generation_prompt: true, bos_token: '', eos_token: '' }));
+  }
+  // A completion model has no chat turns: the same parts as plain text, ending where the rewrite starts.
+  return encode(`${system}\n\n${user}\n\nRewritten selection:\n`);
+}
+
+async function makeEditTasks() {
+  const rand = rng(seed + 1);
+  const files = sourceFiles(join(root, 'node_modules'));
+  const tasks = [];
+  const used = new Set();
+  while (tasks.length < editCount && used.size < files.length) {
+    const file = files[Math.floor(rand() * files.length)];
+    if (used.has(file)) continue;
+    used.add(file);
+    const text = readFileSync(file, 'utf8');
+    const lines = text.split('\n');
+    if (lines.length < 60) continue;
+    const start = Math.floor(lines.length * 0.1) + Math.floor(rand() * lines.length * 0.7);
+    const selectionLines = lines.slice(start, start + 12 + Math.floor(rand() * 12));
+    const selection = selectionLines.join('\n');
+    // The small change: rename an identifier used at least twice in the selection.
+    const words = [...new Set(selection.match(/\b[a-zA-Z_][a-zA-Z0-9_]{3,}\b/g) ?? [])].filter((w) => selection.split(w).length > 2 && !/^(this|return|const|function|null|true|false|undefined|else|typeof)$/.test(w));
+    if (words.length === 0 || selection.length > 2000) continue;
+    const word = words[Math.floor(rand() * words.length)];
+    const before = lines.slice(0, start).join('\n') + '\n';
+    const after = '\n' + lines.slice(start + selectionLines.length).join('\n');
+    const expected = selection.replaceAll(word, `${word}Next`);
+    const prompt = await editPrompt(relative(root, file), before, selection, after, `rename ${word} to ${word}Next`);
+    tasks.push({ file: relative(root, file), line: start + 1, prompt, expected: encode(expected), maxTokens: encode(expected).length + 8 });
+  }
+  return tasks;
+}
+
+let edits;
+if (editCount > 0) {
+  const editTasks = await makeEditTasks();
+  console.log(`\nagent edits: ${editTasks.length} selections of 12-23 lines from node_modules, each with one identifier renamed; ` +
+    `prompt tokens mean ${(editTasks.reduce((n, t) => n + t.prompt.length, 0) / editTasks.length).toFixed(0)}; ${chatTemplate ? 'the chat template' : 'no chat template: plain-text prompt'}; greedy`);
+  edits = await runVariants(variants, editTasks, 'edit');
+  table(edits, edits.find((r) => r.mode === 'off' && !r.error));
+  // How much of the rewrite the model reproduced: the longest common prefix with the expected rewrite, in tokens.
+  const off = edits.find((r) => !r.error);
+  const common = off.outputs.map((o, i) => {
+    let k = 0;
+    while (k < o.length && o[k] === editTasks[i].expected[k]) k++;
+    return k / editTasks[i].expected.length;
+  });
+  console.log(`output matches the expected rewrite for a mean ${(100 * common.reduce((a, b) => a + b, 0) / common.length).toFixed(0)} % of its tokens (prefix)`);
+}
+
 const out = arg('json');
-if (out) writeFileSync(out, JSON.stringify({ model, tasks: tasks.map(({ file, line, col, prompt }) => ({ file, line, col, prompt_tokens: prompt.length })), results, synthetic: synth }, null, 1));
+if (out) writeFileSync(out, JSON.stringify({ model, tasks: tasks.map(({ file, line, col, prompt }) => ({ file, line, col, prompt_tokens: prompt.length })), results, synthetic: synth, edits }, null, 1));
