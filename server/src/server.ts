@@ -23,6 +23,7 @@ import { Runahead } from './runahead';
 import { readSettings } from './settings';
 import { REMOTE_API_KEY_NOTIFICATION, type RemoteApiKeyParams } from './remote/apiKey';
 import { serveAgentRequests } from './chat/lsp';
+import { registerBenchmark } from './bench/lsp';
 
 const connection = createConnection(ProposedFeatures.all);
 const documents = new TextDocuments(TextDocument);
@@ -90,6 +91,7 @@ connection.onDidChangeConfiguration((params) => {
 connection.onNotification(REMOTE_API_KEY_NOTIFICATION, (p: RemoteApiKeyParams | undefined) => runahead.setRemoteApiKey(p?.apiKey));
 // Chat, edits, token counts and the local API (chat/lsp.ts, api/).
 const api = serveAgentRequests(connection, runahead, log);
+registerBenchmark(connection, runahead);
 connection.onRequest('runahead/restartEngine', () => runahead.restart());
 connection.onRequest('runahead/status', () => runahead.status());
 // Memory of the server and the engine's own counters (memory, requests, busy),
