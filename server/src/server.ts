@@ -63,7 +63,11 @@ async function inlineCompletion(params: InlineCompletionParams, token: Cancellat
     const result = await runahead.completer.complete(completionInput(params, doc, abort.signal));
     if (result.metrics) void connection.sendNotification(METRICS_NOTIFICATION, result.metrics);
     if (result.text.length === 0) return null;
-    return { items: [{ insertText: result.text, range: { start: doc.positionAt(result.from), end: doc.positionAt(result.to) } }] };
+    const range = { start: doc.positionAt(result.from), end: doc.positionAt(result.to) };
+    // Asked for again where a suggestion already shows (Alt+] / Alt+[): add a second one.
+    const shownBefore = result.finish === 'cache' || result.finish === 'prefetch';
+    const second = params.context.triggerKind === 1 && shownBefore ? await runahead.completer.alternative(completionInput(params, doc, abort.signal), result.text) : undefined;
+    return { items: [result.text, ...(second ? [second] : [])].map((insertText) => ({ insertText, range })) };
   } finally {
     sub.dispose();
   }

@@ -148,4 +148,28 @@ describe('Completer (no LSP, fake source)', () => {
     assert.equal(source.requests.length, 0);
     assert.equal(completer.counters.skipped, 1);
   });
+
+  it('makes a second suggestion only when asked again where the first shows, at temperature > 0, cached, and never before the first', async () => {
+    const source = new FakeSource(async (r) => ({ ok: true, text: r.temperature > 0 ? ` x * ${r.seed}` : ' x + 1', finish: 'stop', metrics: {} }));
+    const completer = completerWith(source);
+    const first = await completer.complete(at(''));
+    assert.equal(first.text, 'x + 1');
+    assert.ok(source.requests.every((r) => r.temperature === 0), 'the first answer (and its prefetch) ask for greedy text only');
+    const again = await completer.complete(at(''));
+    assert.equal(again.finish, 'cache');
+    const second = await completer.alternative(at(''), again.text);
+    assert.match(second ?? '', /^x \* \d+$/);
+    const temps = source.requests.map((r) => r.temperature);
+    assert.ok(temps.length >= 2 && temps.at(-1)! > 0, temps.join(' '));
+    const before = source.requests.length;
+    assert.equal(await completer.alternative(at(''), again.text), second, 'kept for the next Alt+]');
+    assert.equal(source.requests.length, before);
+  });
+
+  it('drops a second suggestion that says the same as the first', async () => {
+    const completer = completerWith(new FakeSource(async () => ({ ok: true, text: ' x + 1', finish: 'stop', metrics: {} })));
+    const first = await completer.complete(at(''));
+    assert.equal(await completer.alternative(at(''), first.text), undefined);
+  });
 });
+

@@ -82,6 +82,11 @@ interface Place {
 
 const never = new AbortController().signal;
 
+/** Temperature of the second suggestion (Alt+]): different enough from greedy, still plausible. */
+const ALTERNATIVE_TEMPERATURE = 0.8;
+/** How many places keep their second suggestion. */
+const ALTERNATIVES_KEPT = 32;
+
 /** What the filters see of a place: bounded windows of lines around the cursor. */
 const filtersFor = (p: Place): FilterContext => filterContext(p.prefix, p.suffix, p.languageId);
 
@@ -91,6 +96,9 @@ export class Completer {
   readonly debounce: AdaptiveDebounce;
   private readonly prefetcher = new Prefetcher();
   private active: AbortController | undefined;
+  /** Second suggestions by place (uri, prefix, suffix), newest last. */
+  private readonly alternatives = new Map<string, string>();
+  private seed = 1;
 
   constructor(private readonly deps: CompleterDeps) {
     this.debounce = new AdaptiveDebounce(deps.settings().debounceMs);
@@ -197,7 +205,7 @@ export class Completer {
    * the prefix's trailing whitespace healed and stripped again from the text; undefined
    * when no source is ready in time.
    */
-  private async generate(place: Place, settings: Settings, signal: AbortSignal, onText?: (text: string) => void): Promise<SourceResult | undefined> {
+  private async generate(place: Place, settings: Settings, signal: AbortSignal, onText?: (text: string) => void, temperature = 0): Promise<SourceResult | undefined> {
     const source = this.deps.source();
     if (!source || !(await source.ready(settings.deadlineMs)) || signal.aborted) return undefined;
     const healed = healTrailingWhitespace(place.prefix);
@@ -213,7 +221,8 @@ export class Completer {
       repoName: place.repoName,
       extra: place.extra,
       maxTokens: settings.maxTokens,
-      temperature: 0,
+      temperature,
+      ...(temperature > 0 ? { seed: this.seed++ } : {}),
       deadlineMs: settings.deadlineMs,
       enough: (text) => {
         const shown = afterPending(text, healed.pending);
@@ -243,6 +252,36 @@ export class Completer {
       });
       return { result, cancel: () => abort.abort() };
     });
+  }
+
+  /**
+   * A second suggestion for a place whose first one is already shown (Alt+] asks for it):
+   * one sample at temperature > 0, made only now, so the first answer never waits on it,
+   * and kept for the next time. Undefined when the sample is empty or says the same.
+   */
+  async alternative(input: CompletionInput, shown: string): Promise<string | undefined> {
+    const from = input.selected?.from ?? input.offset;
+    const lead = input.selected?.text ?? '';
+    const place: Place = {
+      uri: input.uri,
+      languageId: input.languageId,
+      prefix: input.text.slice(0, from) + lead,
+      suffix: input.text.slice(input.selected?.to ?? input.offset),
+      path: input.path,
+      repoName: input.repoName,
+      extra: input.context ?? [],
+    };
+    const key = JSON.stringify([place.uri, place.prefix, place.suffix]);
+    let text = this.alternatives.get(key);
+    if (text === undefined) {
+      const r = await this.generate(place, this.deps.settings(), input.signal ?? never, undefined, ALTERNATIVE_TEMPERATURE);
+      if (!r?.ok) return undefined;
+      text = postprocess(r.text, filtersFor(place));
+      this.alternatives.set(key, text);
+      if (this.alternatives.size > ALTERNATIVES_KEPT) this.alternatives.delete(this.alternatives.keys().next().value!);
+    }
+    const full = text.length === 0 ? '' : lead + text;
+    return full.length > 0 && full !== shown ? full : undefined;
   }
 
   /** Stops whatever runs (a request or a prefetch). */

@@ -28,6 +28,8 @@ export interface SourceRequest {
   extra: ContextFile[];
   maxTokens: number;
   temperature: number;
+  /** Sampling seed with temperature > 0 (another seed, another sample). */
+  seed?: number;
   /** Soft deadline in ms: stop at the next line end past it; stop at once at twice it. */
   deadlineMs: number;
   /** True when the text so far needs no more tokens; the source then stops generating. */

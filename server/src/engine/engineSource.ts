@@ -119,6 +119,7 @@ export class EngineSource implements CompletionSource {
         params: {
           max_tokens: request.maxTokens,
           temperature: request.temperature,
+          ...(request.seed !== undefined ? { seed: request.seed } : {}),
           stop: model.info.stopTokens,
           deadline_ms: request.deadlineMs,
           hard_deadline_ms: 2 * request.deadlineMs,
