@@ -16,6 +16,8 @@ const common = {
 const builds = [
   { ...common, entryPoints: ['server/src/main.ts'], outfile: 'dist/server.js' },
   { ...common, entryPoints: ['extension/src/extension.ts'], outfile: 'dist/extension.js', external: ['vscode'] },
+  // The benchmark webview's script (extension/src/bench/view.ts): runs in the webview, not in Node.
+  { ...common, platform: 'browser', format: 'iife', target: 'es2022', sourcemap: false, entryPoints: ['extension/src/bench/view.ts'], outfile: 'dist/benchView.js' },
 ];
 
 if (process.argv.includes('--watch')) {

@@ -9,6 +9,7 @@ import { selectModel } from './selectModel';
 import { Snooze } from './snooze';
 import { StatusBar } from './statusBar';
 import { registerChat } from './chat';
+import { registerBenchmark } from './bench/command';
 import { REMOTE_API_KEY_NOTIFICATION, type RemoteApiKeyParams } from '../../server/src/remote/apiKey';
 
 let client: LanguageClient | undefined;
@@ -201,6 +202,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   );
   await client.start();
   registerChat(context, client, log);
+  registerBenchmark(context, client);
   await sendApiKey();
 }
 
