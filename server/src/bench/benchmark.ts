@@ -94,6 +94,8 @@ export interface BenchmarkEnv {
   remoteApiKey?: string;
   signal?: AbortSignal;
   onProgress?: (p: Progress) => void;
+  /** Makes the source of a configuration (tests give fakes); default: the engine, or the remote server. */
+  makeSource?: (configuration: Configuration, settings: Settings) => CompletionSource;
 }
 
 export interface ConfigurationResult {
@@ -281,7 +283,7 @@ export async function runBenchmark(params: BenchmarkParams, env: BenchmarkEnv): 
     for (const name of configNames) {
       check();
       const settings: Settings = name === 'remote' ? env.settings : { ...env.settings, speculation: name, backend: env.settings.backend === 'remote' ? 'auto' : env.settings.backend };
-      const source: CompletionSource = name === 'remote' ? new RemoteSource(settings, env.log, { apiKey: env.remoteApiKey }) : new EngineSource(settings, env.log);
+      const source: CompletionSource = env.makeSource?.(name, settings) ?? (name === 'remote' ? new RemoteSource(settings, env.log, { apiKey: env.remoteApiKey }) : new EngineSource(settings, env.log));
       configs.push({ name, source, settings });
     }
     for (const c of configs) {

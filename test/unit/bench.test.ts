@@ -1,0 +1,211 @@
+import { strict as assert } from 'node:assert';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { gguf } from '@huggingface/gguf';
+import { defaultParams, runBenchmark, type BenchmarkResult, type Configuration } from '../../server/src/bench/benchmark';
+import { isReserved, reservedPackages, workspaceFiles } from '../../server/src/bench/files';
+import { writeGguf } from '../../server/src/bench/gguf';
+import { renderIssue, renderMarkdown, renderText } from '../../server/src/bench/report';
+import { bundledSamples } from '../../server/src/bench/samples';
+import { distribution, editDistance, editSimilarity, exactMatch, percentile } from '../../server/src/bench/stats';
+import { candidates, cursorKinds, cutTasks, sameLines } from '../../server/src/bench/tasks';
+import type { CompletionSource, SourceRequest } from '../../server/src/completion/source';
+import { defaultSettings } from '../../server/src/settings';
+
+describe('benchmark stats', () => {
+  it('takes nearest-rank percentiles and ignores non-finite values', () => {
+    const xs = [5, 1, 4, 2, 3, 6, 7, 8, 9, 10];
+    assert.equal(percentile(xs, 0.5), 5);
+    assert.equal(percentile(xs, 0.9), 9);
+    assert.equal(percentile([7], 0.9), 7);
+    assert.ok(Number.isNaN(percentile([], 0.5)));
+    assert.deepEqual(distribution([1, 2, 3, NaN]), { n: 3, mean: 2, p50: 2, p90: 3 });
+  });
+
+  it('measures edit similarity and exact match against the real middle', () => {
+    assert.equal(editDistance('kitten', 'sitting'), 3);
+    assert.equal(editSimilarity('', ''), 1);
+    assert.equal(editSimilarity('abc', 'abc'), 1);
+    assert.equal(editSimilarity('abc', 'xyz'), 0);
+    assert.equal(editSimilarity('return a + b;', 'return a - b;'), 1 - 1 / 13);
+    assert.ok(exactMatch('x = 1;  \n', 'x = 1;'));
+    assert.ok(!exactMatch('x = 2;', 'x = 1;'));
+    assert.equal(sameLines('a\nb\nc', '\nnext'), 'a\nb');
+  });
+});
+
+describe('benchmark tasks', () => {
+  const file = (path: string, languageId: string, text: string) => ({ path, languageId, text });
+  const ts = bundledSamples[0];
+
+  it('cuts the same tasks for the same seed, each kind of cursor, and prefix + middle + suffix is the file', () => {
+    const a = cutTasks(bundledSamples, 12, 7);
+    const b = cutTasks(bundledSamples, 12, 7);
+    assert.deepEqual(a, b);
+    assert.notDeepEqual(a, cutTasks(bundledSamples, 12, 8));
+    assert.equal(a.length, 12);
+    assert.deepEqual(new Set(a.map((t) => t.kind)), new Set(cursorKinds));
+    assert.deepEqual(new Set(a.map((t) => t.languageId)), new Set(['typescript', 'python', 'go', 'rust']));
+    for (const t of a) {
+      const text = bundledSamples.find((f) => f.path === t.file)!.text;
+      assert.equal(t.prefix + t.middle + t.suffix, text);
+      assert.ok(t.middle.trim().length > 0, `${t.file}:${t.line} has an empty middle`);
+    }
+  });
+
+  it('puts each kind of cursor where a user would have it', () => {
+    const lines = ts.text.split('\n');
+    for (const c of candidates(lines, 'after-bracket')) assert.match(lines[c.line][c.col - 1], /[([{]/);
+    for (const c of candidates(lines, 'end-of-line')) assert.equal(c.col, lines[c.line].length);
+    for (const c of candidates(lines, 'blank-in-block')) assert.equal(c.col, lines[c.line].length - lines[c.line].trimStart().length);
+    for (const c of candidates(lines, 'mid-expression')) assert.ok(c.col > 0 && c.col < lines[c.line].length - 3);
+    // end-of-line: the middle is the next line, newline first.
+    const eol = cutTasks([ts], 1, 1)[0];
+    assert.equal(eol.kind, 'end-of-line');
+    assert.ok(eol.middle.startsWith('\n'));
+  });
+
+  it('gives every language its share even when one dominates', () => {
+    const many = Array.from({ length: 20 }, (_, i) => file(`src/f${i}.ts`, 'typescript', ts.text));
+    const tasks = cutTasks([...many, bundledSamples[1]], 8, 1);
+    assert.ok(tasks.filter((t) => t.languageId === 'python').length >= 3);
+  });
+
+  it('never uses the reserved packages, not even in its bundled samples', () => {
+    assert.ok(isReserved('node_modules/express/lib/router.js'));
+    assert.ok(isReserved('venv/lib/site-packages/twisted/internet/defer.py'));
+    assert.ok(isReserved('vendor/github.com/spf13/cobra/command.go'));
+    assert.ok(!isReserved('src/expression.ts'));
+    for (const s of bundledSamples) for (const p of reservedPackages) assert.ok(!new RegExp(`\\b${p}\\b`).test(s.text), `${s.path} mentions ${p}`);
+  });
+
+  it('lists workspace files with .gitignore and files.exclude respected', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'bench-files-'));
+    try {
+      const code = ts.text;
+      for (const p of ['src/a.ts', 'src/gen/b.ts', 'build/c.ts', 'node_modules/express/index.js', 'lib/d.py', 'notes.txt', 'src/tiny.ts']) {
+        mkdirSync(join(dir, p, '..'), { recursive: true });
+        writeFileSync(join(dir, p), p.endsWith('tiny.ts') ? 'x\n' : code);
+      }
+      writeFileSync(join(dir, '.gitignore'), 'build/\n');
+      const files = await workspaceFiles(dir, ['**/gen']);
+      assert.deepEqual(files.map((f) => f.path), ['lib/d.py', 'src/a.ts']);
+      assert.equal(files[0].languageId, 'python');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+/** A source that answers `text(request)` with engine-like metrics. */
+function fakeSource(text: (r: SourceRequest) => string): CompletionSource {
+  return {
+    kind: 'engine',
+    status: { state: 'ready', message: '', warnings: [], restarts: 0 },
+    ready: async () => true,
+    complete: async (r) => ({
+      ok: true,
+      text: text(r),
+      finish: 'length',
+      metrics: { ttftMs: 10, decodeMsPerToken: 2, tokens: 9, steps: 4, acceptedPerStep: 2, promptTokens: 100, reusedTokens: 20, prefillMs: 8 },
+    }),
+  };
+}
+
+describe('benchmark run (fake sources)', () => {
+  const params = { ...defaultParams(true), workloads: ['fim', 'synthetic'] as const, tasks: 4, syntheticTasks: 1 };
+  const run = (differ: Configuration | undefined) =>
+    runBenchmark({ ...params, workloads: [...params.workloads], configurations: ['off', 'lookup', 'auto'] }, {
+      settings: defaultSettings,
+      log: () => undefined,
+      files: [],
+      makeSource: (c) => fakeSource((r) => (c === differ && r.suffix !== '' ? 'something else' : `done(${r.prefix.length})`)),
+    });
+
+  it('says all greedy outputs match when they do, and aggregates per configuration', async () => {
+    const r = await run(undefined);
+    assert.equal(r.identical_to_plain, true);
+    assert.equal(r.task_source.from, 'bundled samples');
+    const fim = r.results.find((w) => w.workload === 'fim')!;
+    const lookup = fim.configurations.find((c) => c.configuration === 'lookup')!;
+    assert.deepEqual(lookup.identical_to_plain, { same: 4, of: 4, all: true });
+    assert.equal(lookup.ms_per_token.mean, 2);
+    assert.equal(lookup.accepted_per_step, 2);
+    assert.equal(lookup.tokens_per_s, 500);
+    assert.equal(lookup.prompt_tokens_reused, 80);
+    assert.equal(lookup.speedup_vs_off, 1);
+    assert.equal(r.llama_cpp.status, 'not installed');
+  });
+
+  it('says so loudly when a configuration changes the greedy output', async () => {
+    const r = await run('lookup');
+    assert.equal(r.identical_to_plain, false);
+    assert.equal(r.mismatches.length, 4);
+    assert.ok(r.mismatches.every((m) => m.configuration === 'lookup' && m.workload === 'fim'));
+    assert.match(r.warnings[0], /GREEDY OUTPUTS DIFFER/);
+    assert.match(renderMarkdown(r), /WARNING: greedy outputs differ from plain decoding/);
+    assert.match(renderText(r), /!! GREEDY OUTPUTS DIFFER FROM PLAIN DECODING in 4 task/);
+    assert.match(renderText(r), /0\/4 DIFFERENT/);
+  });
+});
+
+describe('benchmark report', () => {
+  let result: BenchmarkResult;
+  before(async () => {
+    result = await runBenchmark({ ...defaultParams(true), workloads: ['fim'], configurations: ['off', 'mtp'], tasks: 2 }, {
+      settings: defaultSettings,
+      log: () => undefined,
+      files: [],
+      makeSource: (c) => (c === 'mtp' ? { ...fakeSource(() => ''), ready: async () => false, status: { state: 'error', message: 'no mtp.safetensors', warnings: [], restarts: 0 } } : fakeSource(() => 'x')),
+    });
+  });
+
+  it('renders a Markdown table per workload, with a configuration that did not run and why', () => {
+    const md = renderMarkdown(result);
+    assert.match(md, /^# Runahead benchmark/);
+    assert.match(md, /## Your code: FIM tasks/);
+    assert.match(md, /\| off \| 10\.0 \| 2\.00 \/ 2\.00 \/ 2\.00 \|/);
+    assert.match(md, /\| mtp \| not run: no mtp\.safetensors \|/);
+    assert.match(md, /llama\.cpp \(node-llama-cpp@3\.21\.1\): not installed/);
+  });
+
+  it('copies as issue text with the machine facts first', () => {
+    const issue = renderIssue(result);
+    assert.match(issue, /^### Machine\n\n- CPU: .+ SIMD/);
+    assert.match(issue, /- Model: /);
+    assert.match(issue, /<details>/);
+  });
+});
+
+describe('GGUF export', function () {
+  this.timeout(60_000);
+  it('writes a Qwen2 folder that @huggingface/gguf reads back with llama.cpp names, tokenizer and shapes', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'bench-gguf-'));
+    try {
+      const out = writeGguf('test/fixtures/models/qwen2-tied-bf16', join(dir, 'm.gguf'));
+      const { metadata, tensorInfos } = await gguf(out.path, { allowLocalFile: true });
+      const m = metadata as Record<string, unknown>;
+      assert.equal(m['general.architecture'], 'qwen2');
+      assert.equal(m['tokenizer.ggml.model'], 'gpt2');
+      assert.equal(m['tokenizer.ggml.pre'], 'qwen2');
+      assert.ok((m['tokenizer.ggml.merges'] as string[]).length > 0);
+      assert.equal(typeof m['tokenizer.ggml.eos_token_id'], 'number');
+      const names = tensorInfos.map((t) => t.name);
+      assert.ok(names.includes('token_embd.weight'));
+      assert.ok(names.includes('blk.0.attn_q.bias'));
+      assert.ok(names.includes('output_norm.weight'));
+      const embd = tensorInfos.find((t) => t.name === 'token_embd.weight')!;
+      assert.equal((m['tokenizer.ggml.tokens'] as string[]).length, Number(embd.shape[1]));
+      // Norms are F32 (type 0); matrices keep BF16 (type 30).
+      assert.equal(tensorInfos.find((t) => t.name === 'output_norm.weight')!.dtype, 0);
+      assert.equal(embd.dtype, 30);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses an architecture it cannot write, naming the file and field', () => {
+    assert.throws(() => writeGguf('test/fixtures/models/llama-f32', join(tmpdir(), 'x.gguf')), /config\.json: architectures\[0\] is LlamaForCausalLM/);
+  });
+});
