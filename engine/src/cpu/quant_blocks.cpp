@@ -1,0 +1,152 @@
+#include "cpu/quant_blocks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/half.h"
+
+namespace runahead {
+
+namespace {
+
+// The smallest f16 >= v (v >= 0, finite): a scale rounded up never pushes a value out of range.
+uint16_t f16_at_least(float v) {
+  uint16_t h = f32_to_f16(v);
+  if (f16_to_f32(h) < v) ++h;  // positive f16 values are ordered like their bits
+  return h;
+}
+
+void dequantize_q8_0(const BlockQ8_0* b, int64_t blocks, float* out) {
+  for (int64_t k = 0; k < blocks; ++k, out += 32) {
+    const float d = f16_to_f32(b[k].d);
+    for (int l = 0; l < 32; ++l) out[l] = d * float(b[k].qs[l]);
+  }
+}
+
+void dequantize_q4_k(const BlockQ4_K* b, int64_t blocks, float* out) {
+  for (int64_t k = 0; k < blocks; ++k) {
+    const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
+    for (int j = 0; j < 8; ++j, out += 32) {
+      uint8_t sc, m;
+      q4_k_scale_min(j, b[k].scales, sc, m);
+      const uint8_t* q = b[k].qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      for (int l = 0; l < 32; ++l) out[l] = d * sc * float((q[l] >> shift) & 0xF) - dmin * m;
+    }
+  }
+}
+
+// Q6_K weight i of a block, 0..63 (subtract 32 for its signed value).
+int q6_k_value(const BlockQ6_K& b, int i) {
+  const int n = i / 128, r = i % 128, k = r / 32, l = r % 32;
+  const uint8_t ql = b.ql[64 * n + 32 * (k % 2) + l];
+  const int low = k < 2 ? ql & 0xF : ql >> 4;
+  return low | ((b.qh[32 * n + l] >> (2 * k)) & 3) << 4;
+}
+
+void dequantize_q6_k(const BlockQ6_K* b, int64_t blocks, float* out) {
+  for (int64_t k = 0; k < blocks; ++k, out += 256) {
+    const float d = f16_to_f32(b[k].d);
+    for (int i = 0; i < 256; ++i) out[i] = d * b[k].scales[i / 16] * float(q6_k_value(b[k], i) - 32);
+  }
+}
+
+void quantize_q8_0(const float* x, int64_t blocks, BlockQ8_0* b) {
+  for (int64_t k = 0; k < blocks; ++k, x += 32) {
+    float amax = 0;
+    for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(x[l]));
+    b[k].d = f16_at_least(amax / 127);
+    const float d = f16_to_f32(b[k].d);
+    for (int l = 0; l < 32; ++l) b[k].qs[l] = int8_t(d ? std::clamp(std::lrint(x[l] / d), -127L, 127L) : 0);
+  }
+}
+
+// Each sub-block j of 32 covers [-dmin m_j, -dmin m_j + 15 d sc_j]: mins first (rounded
+// up, so the range starts at or below the smallest value), then scales to reach the largest.
+void quantize_q4_k(const float* x, int64_t blocks, BlockQ4_K* b) {
+  for (int64_t k = 0; k < blocks; ++k, x += 256) {
+    float lo[8], hi[8], need[8];
+    for (int j = 0; j < 8; ++j) {
+      lo[j] = std::min(0.0f, *std::min_element(x + 32 * j, x + 32 * j + 32));
+      hi[j] = std::max(0.0f, *std::max_element(x + 32 * j, x + 32 * j + 32));
+    }
+    b[k].dmin = f16_at_least(-*std::min_element(lo, lo + 8) / 63);
+    const float dmin = f16_to_f32(b[k].dmin);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) {
+      m[j] = uint8_t(dmin ? std::min(63.0f, std::ceil(-lo[j] / dmin)) : 0);
+      need[j] = (hi[j] + dmin * m[j]) / 15;
+    }
+    b[k].d = f16_at_least(*std::max_element(need, need + 8) / 63);
+    const float d = f16_to_f32(b[k].d);
+    for (int j = 0; j < 8; ++j) sc[j] = uint8_t(d ? std::min(63.0f, std::ceil(need[j] / d)) : 0);
+    std::memset(b[k].scales, 0, 12);
+    for (int j = 0; j < 8; ++j) {
+      if (j < 4) {
+        b[k].scales[j] = sc[j];
+        b[k].scales[j + 4] = m[j];
+      } else {
+        b[k].scales[j + 4] = uint8_t((sc[j] & 0xF) | (m[j] & 0xF) << 4);
+        b[k].scales[j - 4] |= uint8_t((sc[j] >> 4) << 6);
+        b[k].scales[j] |= uint8_t((m[j] >> 4) << 6);
+      }
+    }
+    std::memset(b[k].qs, 0, 128);
+    for (int j = 0; j < 8; ++j) {
+      const float step = d * sc[j], offset = dmin * m[j];
+      for (int l = 0; l < 32; ++l) {
+        const long q = step ? std::clamp(std::lrint((x[32 * j + l] + offset) / step), 0L, 15L) : 0;
+        b[k].qs[32 * (j / 2) + l] |= uint8_t(q << (4 * (j % 2)));
+      }
+    }
+  }
+}
+
+void quantize_q6_k(const float* x, int64_t blocks, BlockQ6_K* b) {
+  for (int64_t k = 0; k < blocks; ++k, x += 256) {
+    float need[16];
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0;
+      for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * j + l]));
+      need[j] = amax / 31;
+    }
+    b[k].d = f16_at_least(*std::max_element(need, need + 16) / 127);
+    const float d = f16_to_f32(b[k].d);
+    std::memset(b[k].ql, 0, 128);
+    std::memset(b[k].qh, 0, 64);
+    for (int j = 0; j < 16; ++j) {
+      b[k].scales[j] = int8_t(d ? std::min(127.0f, std::ceil(need[j] / d)) : 0);
+      const float step = d * b[k].scales[j];
+      for (int l = 0; l < 16; ++l) {
+        const int i = 16 * j + l;
+        const int q = int(step ? std::clamp(std::lrint(x[i] / step), -32L, 31L) : 0) + 32;
+        const int n = i / 128, r = i % 128, part = r / 32, pos = r % 32;
+        b[k].ql[64 * n + 32 * (part % 2) + pos] |= uint8_t((q & 0xF) << (part < 2 ? 0 : 4));
+        b[k].qh[32 * n + pos] |= uint8_t((q >> 4) << (2 * part));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_row(QuantType t, const uint8_t* row, int64_t cols, float* out) {
+  const int64_t blocks = cols / quant_format(t).block_elems;
+  switch (t) {
+    case QuantType::Q8_0: return dequantize_q8_0(reinterpret_cast<const BlockQ8_0*>(row), blocks, out);
+    case QuantType::Q4_K: return dequantize_q4_k(reinterpret_cast<const BlockQ4_K*>(row), blocks, out);
+    case QuantType::Q6_K: return dequantize_q6_k(reinterpret_cast<const BlockQ6_K*>(row), blocks, out);
+  }
+}
+
+void quantize_row(QuantType t, const float* x, int64_t cols, uint8_t* row) {
+  const int64_t blocks = cols / quant_format(t).block_elems;
+  switch (t) {
+    case QuantType::Q8_0: return quantize_q8_0(x, blocks, reinterpret_cast<BlockQ8_0*>(row));
+    case QuantType::Q4_K: return quantize_q4_k(x, blocks, reinterpret_cast<BlockQ4_K*>(row));
+    case QuantType::Q6_K: return quantize_q6_k(x, blocks, reinterpret_cast<BlockQ6_K*>(row));
+  }
+}
+
+}  // namespace runahead

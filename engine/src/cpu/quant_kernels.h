@@ -1,0 +1,57 @@
+#pragma once
+// Matrix-vector products read directly from block-quantized weights, per instruction set.
+// As llama.cpp does for these formats, the activations are quantized to int8 per block of
+// 32 (a float scale each) and the products are int8 dot products: u8 x s8 -> s32 with
+// AVX-512 VNNI (vpdpbusd) or AVX2 (vpmaddubsw + vpmaddwd), scaled and summed in f32.
+#include <cstdint>
+#include <vector>
+
+#include "cpu/quant_format.h"
+
+namespace runahead {
+
+// x[cols] quantized per 32: x[32b + l] ~= d[b] * q[32b + l], |q| <= 127; sum[b] = sum_l q[32b + l].
+struct Q8Activations {
+  int64_t cols = 0;
+  std::vector<float> d;
+  std::vector<int8_t> q;
+  std::vector<int32_t> sum;
+
+  // Quantizes x[0..cols), cols a multiple of 32; reuses the buffers.
+  void quantize(const float* x, int64_t cols);
+};
+
+// y[r - row_begin] = sum_i W[r, i] x[i]   for r in [row_begin, row_end);
+// W: rows of `cols` weights (a multiple of the format's block), row_bytes apart.
+using QuantMatvecRowsFn = void (*)(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end,
+                                   int64_t cols, const Q8Activations& x, float* y);
+
+struct QuantKernels {
+  const char* simd;  // "avx512-vnni", "avx2", "portable"
+  QuantMatvecRowsFn q8_0;
+  QuantMatvecRowsFn q4_k;
+  QuantMatvecRowsFn q6_k;
+
+  QuantMatvecRowsFn rows(QuantType t) const {
+    switch (t) {
+      case QuantType::Q8_0: return q8_0;
+      case QuantType::Q4_K: return q4_k;
+      case QuantType::Q6_K: return q6_k;
+    }
+    return q8_0;
+  }
+};
+
+const QuantKernels& portable_quant_kernels();
+#ifdef RUNAHEAD_X86
+const QuantKernels& avx2_quant_kernels();         // needs AVX2, FMA, F16C
+const QuantKernels& avx512_vnni_quant_kernels();  // needs AVX-512 F/BW/VL and VNNI as well
+#endif
+
+// Every table this CPU can run, best first; the portable one is always last.
+std::vector<const QuantKernels*> available_quant_kernels();
+// The best table, or the one RUNAHEAD_SIMD names ("avx512" picks avx512-vnni). Throws
+// EngineError{"bad_request"} for a name this CPU cannot run.
+const QuantKernels& select_quant_kernels();
+
+}  // namespace runahead

@@ -1,0 +1,38 @@
+#include "cpu/quant_matvec.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace runahead {
+
+namespace {
+constexpr int64_t kRowAlign = 8;          // rows per split unit: whole cache lines of y
+constexpr size_t kTileBytes = 64u << 10;  // weight bytes of one prefill tile (fits L2)
+}  // namespace
+
+void matvec_quant(ThreadPool& pool, const QuantKernels& kernels, const QuantMatrix& w, const float* x,
+                  Q8Activations& xq, float* y) {
+  xq.quantize(x, w.cols);
+  const QuantMatvecRowsFn rows = kernels.rows(w.type);
+  const size_t row_bytes = w.row_bytes();
+  pool.for_range(w.rows, kRowAlign, [&](int64_t begin, int64_t end) {
+    rows(w.data, row_bytes, begin, end, w.cols, xq, y + begin);
+  });
+}
+
+void matmul_quant(ThreadPool& pool, const QuantKernels& kernels, const QuantMatrix& w, const float* x, int n,
+                  float* y) {
+  std::vector<Q8Activations> xq(n);
+  for (int t = 0; t < n; ++t) xq[t].quantize(x + int64_t(t) * w.cols, w.cols);
+  const QuantMatvecRowsFn rows = kernels.rows(w.type);
+  const size_t row_bytes = w.row_bytes();
+  const int64_t tile = std::max<int64_t>(1, int64_t(kTileBytes / row_bytes));
+  pool.for_range(w.rows, kRowAlign, [&](int64_t begin, int64_t end) {
+    for (int64_t r0 = begin; r0 < end; r0 += tile) {
+      const int64_t r1 = std::min(end, r0 + tile);
+      for (int t = 0; t < n; ++t) rows(w.data, row_bytes, r0, r1, w.cols, xq[t], y + int64_t(t) * w.rows + r0);
+    }
+  });
+}
+
+}  // namespace runahead

@@ -1,0 +1,29 @@
+#pragma once
+// Linear layers on block-quantized weights, split by rows over the thread pool.
+#include <cstdint>
+
+#include "cpu/quant_kernels.h"
+#include "cpu/thread_pool.h"
+
+namespace runahead {
+
+// A [rows, cols] weight matrix in a block format; each row is quant_row_bytes(type, cols).
+struct QuantMatrix {
+  QuantType type;
+  const uint8_t* data;
+  int64_t rows;
+  int64_t cols;  // a multiple of the format's block
+  size_t row_bytes() const { return quant_row_bytes(type, cols); }
+};
+
+// y[rows] = W[rows, cols] x[cols]: x quantized once (into `xq`, reused between calls),
+// then each thread takes a contiguous range of rows.
+void matvec_quant(ThreadPool& pool, const QuantKernels& kernels, const QuantMatrix& w, const float* x,
+                  Q8Activations& xq, float* y);
+
+// y[t, :] = W x[t, :]   for t in [0, n); x: [n, cols], y: [n, rows], row-major. Each
+// thread walks its rows in tiles small enough to stay in cache while every token reads them.
+void matmul_quant(ThreadPool& pool, const QuantKernels& kernels, const QuantMatrix& w, const float* x, int n,
+                  float* y);
+
+}  // namespace runahead

@@ -1,0 +1,21 @@
+// AVX2 quantized matvec: u8 x s8 products by vpmaddubsw (pairs to s16; no pair here can
+// saturate: |w| <= 128 and |x| <= 127 give at most 32512) then vpmaddwd against ones.
+#include "cpu/simd/quant_matvec_rows.h"
+
+namespace runahead {
+namespace {
+
+struct Avx2Dot {
+  static __m256i dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+  }
+};
+
+}  // namespace
+
+const QuantKernels& avx2_quant_kernels() {
+  static const QuantKernels k = simd::make_quant_kernels<Avx2Dot>("avx2");
+  return k;
+}
+
+}  // namespace runahead

@@ -1,0 +1,76 @@
+// Portable quantized matvec: the same arithmetic as the SIMD kernels (int32 sums per
+// 32-weight block, scaled in f32), one weight at a time.
+#include "model/half.h"
+#include "cpu/quant_kernels.h"
+
+namespace runahead {
+namespace {
+
+int32_t dot32(const int8_t* a, const int8_t* b) {
+  int32_t s = 0;
+  for (int l = 0; l < 32; ++l) s += int32_t(a[l]) * b[l];
+  return s;
+}
+
+void matvec_q8_0_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
+                      const Q8Activations& x, float* y) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(w + r * row_bytes);
+    float acc = 0;
+    for (int64_t k = 0; k < cols / 32; ++k) acc += f16_to_f32(b[k].d) * x.d[k] * float(dot32(b[k].qs, &x.q[32 * k]));
+    y[r - row_begin] = acc;
+  }
+}
+
+void matvec_q4_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
+                      const Q8Activations& x, float* y) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const auto* b = reinterpret_cast<const BlockQ4_K*>(w + r * row_bytes);
+    float acc = 0;
+    for (int64_t k = 0; k < cols / 256; ++k) {
+      const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
+      for (int j = 0; j < 8; ++j) {
+        uint8_t sc, m;
+        q4_k_scale_min(j, b[k].scales, sc, m);
+        const int64_t xb = 8 * k + j;
+        const uint8_t* q = b[k].qs + 32 * (j / 2);
+        int32_t s = 0;
+        for (int l = 0; l < 32; ++l) s += int32_t((q[l] >> (4 * (j % 2))) & 0xF) * x.q[32 * xb + l];
+        acc += d * sc * x.d[xb] * float(s) - dmin * m * x.d[xb] * float(x.sum[xb]);
+      }
+    }
+    y[r - row_begin] = acc;
+  }
+}
+
+void matvec_q6_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
+                      const Q8Activations& x, float* y) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const auto* b = reinterpret_cast<const BlockQ6_K*>(w + r * row_bytes);
+    float acc = 0;
+    for (int64_t k = 0; k < cols / 256; ++k) {
+      const float d = f16_to_f32(b[k].d);
+      for (int i0 = 0; i0 < 256; i0 += 16) {
+        const int64_t xb = 8 * k + i0 / 32;
+        int32_t s = 0;
+        for (int i = i0; i < i0 + 16; ++i) {
+          const int n = i / 128, rr = i % 128, part = rr / 32, l = rr % 32;
+          const uint8_t ql = b[k].ql[64 * n + 32 * (part % 2) + l];
+          const int q = ((part < 2 ? ql : ql >> 4) & 0xF) | ((b[k].qh[32 * n + l] >> (2 * part)) & 3) << 4;
+          s += (q - 32) * x.q[256 * k + i];
+        }
+        acc += d * b[k].scales[i0 / 16] * x.d[xb] * float(s);
+      }
+    }
+    y[r - row_begin] = acc;
+  }
+}
+
+}  // namespace
+
+const QuantKernels& portable_quant_kernels() {
+  static const QuantKernels k{"portable", &matvec_q8_0_rows, &matvec_q4_k_rows, &matvec_q6_k_rows};
+  return k;
+}
+
+}  // namespace runahead

@@ -1,0 +1,225 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "model/half.h"
+#include "cpu/quant_blocks.h"
+#include "cpu/quant_kernels.h"
+#include "cpu/quant_matvec.h"
+
+using namespace runahead;
+
+namespace {
+
+constexpr QuantType kTypes[] = {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K};
+
+// Weights like a trained layer's: mostly Gaussian, a few outliers, some all-zero blocks.
+std::vector<float> weights(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> w(n);
+  for (int64_t i = 0; i < n; ++i) w[i] = normal(rng) * (rng() % 97 == 0 ? 8.0f : 1.0f);
+  for (int64_t i = 0; i < std::min<int64_t>(n, 64); ++i) w[i] = 0;  // a zero block
+  return w;
+}
+
+std::vector<uint8_t> quantize(QuantType t, const std::vector<float>& w, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> q(quant_row_bytes(t, cols) * rows);
+  for (int64_t r = 0; r < rows; ++r) quantize_row(t, &w[r * cols], cols, &q[r * quant_row_bytes(t, cols)]);
+  return q;
+}
+
+std::vector<float> dequantize(QuantType t, const std::vector<uint8_t>& q, int64_t rows, int64_t cols) {
+  std::vector<float> w(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(t, &q[r * quant_row_bytes(t, cols)], cols, &w[r * cols]);
+  return w;
+}
+
+// The largest step of the block holding weight i of a row: |error| <= step / 2.
+float step_of(QuantType t, const uint8_t* row, int64_t i) {
+  switch (t) {
+    case QuantType::Q8_0: return f16_to_f32(reinterpret_cast<const BlockQ8_0*>(row)[i / 32].d);
+    case QuantType::Q4_K: {
+      const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[i / 256];
+      uint8_t sc, m;
+      q4_k_scale_min(int(i % 256) / 32, b.scales, sc, m);
+      return f16_to_f32(b.d) * sc;
+    }
+    case QuantType::Q6_K: {
+      const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[i / 256];
+      return f16_to_f32(b.d) * b.scales[(i % 256) / 16];
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("quant: block sizes are llama.cpp's") {
+  CHECK(quant_format(QuantType::Q8_0).block_bytes == 34);
+  CHECK(quant_format(QuantType::Q4_K).block_bytes == 144);
+  CHECK(quant_format(QuantType::Q6_K).block_bytes == 210);
+  CHECK(quant_row_bytes(QuantType::Q4_K, 4864) == 19 * 144);
+  CHECK(*quant_type_of_ggml(12) == QuantType::Q4_K);
+  CHECK(*quant_type_named("q6_k") == QuantType::Q6_K);
+  CHECK_FALSE(quant_type_of_ggml(2));
+}
+
+TEST_CASE("quant: hand-made blocks dequantize as ggml-quants.c defines them") {
+  SUBCASE("Q8_0") {
+    BlockQ8_0 b{f32_to_f16(0.5f), {}};
+    for (int l = 0; l < 32; ++l) b.qs[l] = int8_t(l - 16);
+    float out[32];
+    dequantize_row(QuantType::Q8_0, reinterpret_cast<const uint8_t*>(&b), 32, out);
+    for (int l = 0; l < 32; ++l) CHECK(out[l] == 0.5f * float(l - 16));
+  }
+  SUBCASE("Q4_K: 6-bit scales/mins packed in 12 bytes, low nibbles first") {
+    BlockQ4_K b{};
+    b.d = f32_to_f16(1.0f);
+    b.dmin = f32_to_f16(0.5f);
+    // sub-block j: scale 10 + j (j >= 4: 50 + j, so the top bits matter), min 3 + j (j >= 4: 40 + j)
+    for (int j = 0; j < 8; ++j) {
+      const int sc = j < 4 ? 10 + j : 50 + j, m = j < 4 ? 3 + j : 40 + j;
+      if (j < 4) {
+        b.scales[j] |= uint8_t(sc);
+        b.scales[j + 4] |= uint8_t(m);
+      } else {
+        b.scales[j + 4] = uint8_t((sc & 15) | (m & 15) << 4);
+        b.scales[j - 4] |= uint8_t((sc >> 4) << 6);
+        b.scales[j] |= uint8_t((m >> 4) << 6);
+      }
+    }
+    for (int l = 0; l < 128; ++l) b.qs[l] = uint8_t((l % 16) | ((15 - l % 16) << 4));
+    std::vector<float> out(256);
+    dequantize_row(QuantType::Q4_K, reinterpret_cast<const uint8_t*>(&b), 256, out.data());
+    for (int i = 0; i < 256; ++i) {
+      const int j = i / 32, l = i % 32;
+      const int sc = j < 4 ? 10 + j : 50 + j, m = j < 4 ? 3 + j : 40 + j;
+      const int q = j % 2 == 0 ? (32 * (j / 2) + l) % 16 : 15 - (32 * (j / 2) + l) % 16;
+      INFO("weight " << i);
+      CHECK(out[i] == float(sc * q) - 0.5f * float(m));
+    }
+  }
+  SUBCASE("Q6_K: low 4 bits in ql, high 2 in qh, 16 int8 scales") {
+    BlockQ6_K b{};
+    b.d = f32_to_f16(0.25f);
+    for (int j = 0; j < 16; ++j) b.scales[j] = int8_t(j % 2 ? -(j + 1) : j + 1);
+    // weight i holds q = i % 64, spread as the layout says
+    for (int i = 0; i < 256; ++i) {
+      const int q = i % 64, n = i / 128, r = i % 128, part = r / 32, l = r % 32;
+      b.ql[64 * n + 32 * (part % 2) + l] |= uint8_t((q & 15) << (part < 2 ? 0 : 4));
+      b.qh[32 * n + l] |= uint8_t((q >> 4) << (2 * part));
+    }
+    std::vector<float> out(256);
+    dequantize_row(QuantType::Q6_K, reinterpret_cast<const uint8_t*>(&b), 256, out.data());
+    for (int i = 0; i < 256; ++i) CHECK(out[i] == 0.25f * float(b.scales[i / 16]) * float(i % 64 - 32));
+  }
+}
+
+TEST_CASE("quant: round trip error is at most half a step, and small relative to the weights") {
+  const int64_t rows = 7, cols = 1024;
+  const std::vector<float> w = weights(rows * cols, 1);
+  // Relative RMS error bounds of each format on Gaussian weights (4-bit ~ 1/15 of the
+  // range per step; 6-bit ~ 1/63; 8-bit ~ 1/255).
+  const double rms_bound[] = {0.01, 0.12, 0.035};
+  for (QuantType t : kTypes) {
+    INFO(std::string(quant_format(t).name));
+    const auto q = quantize(t, w, rows, cols);
+    const auto back = dequantize(t, q, rows, cols);
+    double err2 = 0, w2 = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < cols; ++i) {
+        const float e = std::fabs(back[r * cols + i] - w[r * cols + i]);
+        const float step = step_of(t, &q[r * quant_row_bytes(t, cols)], i);
+        REQUIRE(e <= step * 0.5f * 1.0001f + 1e-7f);
+        err2 += double(e) * e;
+        w2 += double(w[r * cols + i]) * w[r * cols + i];
+      }
+    const double rel = std::sqrt(err2 / w2);
+    MESSAGE(std::string(quant_format(t).name) << " relative RMS error " << rel);
+    CHECK(rel < rms_bound[int(t)]);
+    CHECK(back[0] == 0.0f);  // the zero block stays zero
+  }
+}
+
+TEST_CASE("quant: matvec of every kernel table matches a double reference on the dequantized weights") {
+  const auto tables = available_quant_kernels();
+  REQUIRE(std::string(tables.back()->simd) == "portable");
+  std::string names;
+  for (const QuantKernels* k : tables) names += std::string(k->simd) + " ";
+  MESSAGE("quant kernel tables on this CPU: " << names);
+  for (const int64_t rows : {1, 13, 67}) {
+    for (const int64_t cols : {256, 768, 4864}) {
+      const std::vector<float> w = weights(rows * cols, uint64_t(rows * cols));
+      std::vector<float> x(cols);
+      std::mt19937_64 rng(cols);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& v : x) v = normal(rng);
+      Q8Activations xq;
+      xq.quantize(x.data(), cols);
+      for (QuantType t : kTypes) {
+        const auto q = quantize(t, w, rows, cols);
+        const auto deq = dequantize(t, q, rows, cols);
+        std::vector<float> portable(rows);
+        for (const QuantKernels* k : tables) {
+          INFO(std::string(k->simd) << " " << std::string(quant_format(t).name) << " rows " << rows << " cols " << cols);
+          std::vector<float> y(rows, NAN);
+          k->rows(t)(q.data(), quant_row_bytes(t, cols), 0, rows, cols, xq, y.data());
+          for (int64_t r = 0; r < rows; ++r) {
+            // Exact on the dequantized weights; the only error allowed is the activations'
+            // rounding (at most d_x/2 per element) and f32 accumulation.
+            double ref = 0, bound = 0, mag = 0;
+            for (int64_t i = 0; i < cols; ++i) {
+              const double wi = deq[r * cols + i];
+              ref += wi * x[i];
+              bound += std::fabs(wi) * xq.d[i / 32] * 0.5;
+              mag += std::fabs(wi * x[i]);
+            }
+            REQUIRE(std::fabs(y[r] - ref) <= bound + 1e-5 * mag + 1e-6);
+            if (k == tables.back()) portable[r] = y[r];
+          }
+        }
+        // Against portable, for each SIMD table (run after the portable result exists).
+        for (const QuantKernels* k : tables) {
+          std::vector<float> y(rows);
+          k->rows(t)(q.data(), quant_row_bytes(t, cols), 0, rows, cols, xq, y.data());
+          for (int64_t r = 0; r < rows; ++r) {
+            INFO(std::string(k->simd) << " " << std::string(quant_format(t).name) << " row " << r);
+            CHECK(std::fabs(y[r] - portable[r]) <= 1e-5f * (1.0f + std::fabs(portable[r])) + 1e-4f);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("quant: the threaded matvec and the prefill matmul equal the rows kernel") {
+  ThreadPool pool(2);
+  const QuantKernels& k = select_quant_kernels();
+  const int64_t rows = 301, cols = 512;
+  const int n = 5;
+  const std::vector<float> w = weights(rows * cols, 7);
+  std::vector<float> x(n * cols);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng);
+  for (QuantType t : kTypes) {
+    INFO(std::string(quant_format(t).name));
+    const auto q = quantize(t, w, rows, cols);
+    const QuantMatrix m{t, q.data(), rows, cols};
+    std::vector<float> y(n * rows);
+    matmul_quant(pool, k, m, x.data(), n, y.data());
+    Q8Activations xq;
+    for (int tok = 0; tok < n; ++tok) {
+      std::vector<float> one(rows), direct(rows);
+      matvec_quant(pool, k, m, &x[tok * cols], xq, one.data());
+      k.rows(t)(q.data(), m.row_bytes(), 0, rows, cols, xq, direct.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        REQUIRE(one[r] == direct[r]);
+        REQUIRE(y[tok * rows + r] == direct[r]);
+      }
+    }
+  }
+}
