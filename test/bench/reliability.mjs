@@ -17,7 +17,7 @@
 // A cancel comes 0..cancel-within-ms after its request.
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { CancellationTokenSource, createProtocolConnection, InlineCompletionRequest, StreamMessageReader, StreamMessageWriter } from 'vscode-languageserver-protocol/node';
 
@@ -27,8 +27,9 @@ const arg = (name, def) => {
   return i > 0 ? process.argv[i + 1] : def;
 };
 const total = Number(arg('requests', 10000));
-const model = arg('model', join(root, 'test', 'fixtures', 'models', 'qwen2-tied-bf16'));
-const engine = arg('engine', process.env.RUNAHEAD_ENGINE ?? join(root, 'engine', 'build', 'runahead-engine'));
+// Absolute: the server refuses relative path settings.
+const model = resolve(arg('model', join(root, 'test', 'fixtures', 'models', 'qwen2-tied-bf16')));
+const engine = resolve(arg('engine', process.env.RUNAHEAD_ENGINE ?? join(root, 'engine', 'build', 'runahead-engine')));
 const hangMs = 10_000;
 const cancelWithinMs = Number(arg('cancel-within-ms', 8));
 const stopMs = Number(arg('stop-ms', 3000));
