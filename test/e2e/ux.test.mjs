@@ -5,7 +5,7 @@
 // code-server start. Screenshots: test/artifacts/e2e/ux/.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chooseModel, installExtension, makeRunDir, repoRoot, startCodeServer } from './codeServer.mjs';
 import { ensureTools } from './tools.mjs';
@@ -44,7 +44,10 @@ describe('Runahead UX in a real editor (walkthrough, snooze, per-language, error
     await wb?.screenshot('final').catch(() => {});
     await wb?.close();
     await server?.stop();
-    if (run) rmSync(run.dir, { recursive: true, force: true });
+    if (run) {
+      if (existsSync(join(run.userData, 'logs'))) cpSync(join(run.userData, 'logs'), join(artifacts, 'logs'), { recursive: true });
+      rmSync(run.dir, { recursive: true, force: true });
+    }
     if (wb) log(`screenshots: ${wb.shots.map((s) => s.slice(repoRoot.length + 1)).join(' ')}`);
   });
 

@@ -19,7 +19,9 @@ const files: FakeFile[] = [
   { path: 'model.safetensors', content: weights, lfs: true },
 ];
 
-describe('model download (local hub)', () => {
+describe('model download (local hub)', function () {
+  // Hashing and writing a few MB: quick alone, slower on a busy machine.
+  this.timeout(20_000);
   let hub: FakeHub;
   let dir: string;
   beforeEach(async () => {
