@@ -1,0 +1,113 @@
+// quant-matvec-bench: ms per decode matvec y[rows] = W[rows, cols] x[cols] of the block
+// formats (Q8_0, Q4_K, Q6_K, on int8 activations) next to the engine's bf16 kernel, and the
+// read-bandwidth bound of each one's bytes, measured in the same run on the same threads.
+//   quant-matvec-bench [--threads N] [--iters N]
+// Shapes: Qwen2.5-0.5B's largest matrices (down 896x4864, gate/up 4864x896, lm_head
+// 151936x896) and 1.5B's MLP (1536x8960, 8960x1536). Q4_K/Q6_K need cols % 256 == 0.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cpu/quant_blocks.h"
+#include "cpu/quant_matvec.h"
+#include "cpu/read_bandwidth.h"
+#include "cpu/simd/kernels.h"
+#include "cpu/thread_pool.h"
+#include "model/half.h"
+
+using namespace runahead;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t rows, cols;
+};
+
+// Weights ~ N(0, 0.02)-like from a xorshift stream: fast to make, not all equal.
+std::vector<float> random_row(int64_t cols, uint64_t& s) {
+  std::vector<float> w(cols);
+  for (float& v : w) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    v = (float(s >> 40) / float(1 << 24) - 0.5f) * 0.07f;
+  }
+  return w;
+}
+
+// The median of `iters` timed calls, after two warm-up calls.
+template <class F>
+double median_ms(int iters, F&& fn) {
+  fn(), fn();
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = default_threads(), iters = 21;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
+  }
+  ThreadPool pool(threads);
+  const Kernels& kernels = select_kernels();
+  const QuantKernels& qk = select_quant_kernels();
+  const double bandwidth = read_bandwidth(pool, kernels, size_t(512) << 20, 5);
+  std::printf("threads %d, kernels %s / quant %s, read bandwidth %.1f GB/s\n", threads, kernels.simd, qk.simd,
+              bandwidth / 1e9);
+  std::printf("%-22s %-5s %10s %10s %10s %8s\n", "matrix rows x cols", "fmt", "MB", "ms", "bound ms", "of bound");
+
+  const Shape shapes[] = {{"0.5B down 896x4864", 896, 4864},
+                          {"0.5B gate/up 4864x896", 4864, 896},
+                          {"0.5B lm_head 151936x896", 151936, 896},
+                          {"1.5B down 1536x8960", 1536, 8960},
+                          {"1.5B gate/up 8960x1536", 8960, 1536}};
+  for (const Shape& s : shapes) {
+    uint64_t seed = 0x9E3779B97F4A7C15ull ^ uint64_t(s.rows * s.cols);
+    std::vector<float> x = random_row(s.cols, seed);
+    std::vector<float> y(s.rows);
+    std::vector<uint16_t> bf16(s.rows * s.cols);
+    std::vector<std::vector<uint8_t>> quant(3);
+    for (QuantType t : {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K})
+      if (s.cols % quant_format(t).block_elems == 0) quant[int(t)].resize(quant_row_bytes(t, s.cols) * s.rows);
+    for (int64_t r = 0; r < s.rows; ++r) {
+      const std::vector<float> w = random_row(s.cols, seed);
+      for (int64_t i = 0; i < s.cols; ++i) bf16[r * s.cols + i] = f32_to_bf16(w[i]);
+      for (QuantType t : {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K})
+        if (!quant[int(t)].empty()) quantize_row(t, w.data(), s.cols, &quant[int(t)][r * quant_row_bytes(t, s.cols)]);
+    }
+    auto report = [&](const char* fmt, size_t bytes, double ms) {
+      const double bound = double(bytes) / bandwidth * 1e3;
+      std::printf("%-22s %-5s %10.2f %10.3f %10.3f %7.0f%%\n", s.name, fmt, double(bytes) / 1e6, ms, bound,
+                  100 * bound / ms);
+    };
+    const double bf16_ms = median_ms(iters, [&] {
+      pool.for_range(s.rows, 8, [&](int64_t begin, int64_t end) {
+        kernels.matmul_bf16(bf16.data(), s.cols, begin, end, s.cols, x.data(), s.cols, 1, y.data(), s.rows);
+      });
+    });
+    report("bf16", bf16.size() * 2, bf16_ms);
+    Q8Activations xq;
+    for (QuantType t : {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K}) {
+      if (quant[int(t)].empty()) {
+        std::printf("%-22s %-5s %10s (cols %% %d != 0: llama.cpp stores such a matrix in another format)\n", s.name,
+                    quant_format(t).name, "n/a", quant_format(t).block_elems);
+        continue;
+      }
+      const QuantMatrix m{t, quant[int(t)].data(), s.rows, s.cols};
+      report(quant_format(t).name, quant[int(t)].size(), median_ms(iters, [&] { matvec_quant(pool, qk, m, x.data(), xq, y.data()); }));
+    }
+  }
+  return 0;
+}
