@@ -7,6 +7,9 @@
 //   still going where the completion ends (a list that closes is code).
 import { currentLinePrefix, type Filter } from './context';
 
+/** Longer phrases said three times in one line are rare; the cap bounds the work on a long line. */
+const MAX_PHRASE = 80;
+
 const KEY = /^\s*([A-Za-z_$][\w$]*)\s*(?::(?!:)|=(?![=>]))/;
 
 /**
@@ -41,7 +44,7 @@ function repeatedKey(line: string, from: number): number | undefined {
  * line may end inside one more copy (the token limit cuts anywhere).
  */
 function loopAtEnd(line: string, from: number): number | undefined {
-  for (let period = 4; period * 3 <= line.length - from; period++) {
+  for (let period = 4; period <= MAX_PHRASE && period * 3 <= line.length - from; period++) {
     // Every rotation of the phrase matches: cut where a copy starts with a separator (`, x`, ` + x`).
     let cut: number | undefined;
     for (let tail = 0; tail < period; tail++) {
