@@ -7,6 +7,7 @@
 //   npm run bench -- [--quick] [--json FILE] [--markdown FILE] [--model DIR] [--engine PATH]
 //                    [--backend auto|cpu|cuda] [--configurations off,lookup,mtp,draft,auto]
 //                    [--workloads fim,typing,agent,synthetic] [--tasks N] [--max-tokens N] [--seed N] [--no-peer]
+//                    [--threads N]   (both engines: Runahead through RUNAHEAD_THREADS, llama.cpp the same)
 import { writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,6 +32,7 @@ if (arg('workloads')) params.workloads = arg('workloads')!.split(',') as Workloa
 if (arg('tasks')) params.tasks = Number(arg('tasks'));
 if (arg('max-tokens')) params.maxTokens = Number(arg('max-tokens'));
 if (arg('seed')) params.seed = Number(arg('seed'));
+if (arg('threads')) process.env.RUNAHEAD_THREADS = arg('threads');
 if (!flag('no-peer')) params.peerEntry = findPeer(root);
 params.cacheDir = join(root, 'test', 'artifacts', 'bench');
 

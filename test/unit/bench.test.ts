@@ -3,8 +3,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gguf } from '@huggingface/gguf';
-import { defaultParams, runBenchmark, type BenchmarkResult, type Configuration } from '../../server/src/bench/benchmark';
+import { agreedTokens, defaultParams, runBenchmark, type BenchmarkResult, type Configuration } from '../../server/src/bench/benchmark';
 import { isReserved, reservedPackages, workspaceFiles } from '../../server/src/bench/files';
+import { findPeer, LlamaCppPeer, parsePerfLines } from '../../server/src/bench/peer';
 import { writeGguf } from '../../server/src/bench/gguf';
 import { renderIssue, renderMarkdown, renderText } from '../../server/src/bench/report';
 import { bundledSamples } from '../../server/src/bench/samples';
@@ -207,5 +208,46 @@ describe('GGUF export', function () {
 
   it('refuses an architecture it cannot write, naming the file and field', () => {
     assert.throws(() => writeGguf('test/fixtures/models/llama-f32', join(tmpdir(), 'x.gguf')), /config\.json: architectures\[0\] is LlamaForCausalLM/);
+  });
+});
+
+describe('llama.cpp peer', function () {
+  this.timeout(120_000);
+  it('reads llama.cpp\'s own counters from llama_perf_context_print', () => {
+    const lines = [
+      'llama_perf_context_print:        load time =       0.00 ms',
+      'llama_perf_context_print: prompt eval time =     377.60 ms /  1000 tokens (    0.38 ms per token,  2648.30 tokens per second)',
+      'llama_perf_context_print:        eval time =      80.45 ms /    47 runs   (    1.71 ms per token,   584.19 tokens per second)',
+    ];
+    assert.deepEqual(parsePerfLines(lines), { prompt_ms: 377.6, prompt_tokens: 1000, eval_ms: 80.45, eval_runs: 47 });
+    assert.equal(parsePerfLines(lines.slice(0, 2)), undefined);
+  });
+
+  it('counts the leading tokens of llama.cpp\'s output that agree with Runahead\'s text', () => {
+    const decode = (ids: number[]) => ids.map((i) => 'abcdef'[i]).join('');
+    assert.equal(agreedTokens([0, 1, 2], 'abc', decode), 3);
+    assert.equal(agreedTokens([0, 1, 4], 'abc', decode), 2);
+    assert.equal(agreedTokens([3], 'abc', decode), 0);
+  });
+
+  it('runs the embedded model\'s GGUF on the ids it is given (no BOS added) with its own timings', async function () {
+    const entry = findPeer(process.cwd());
+    if (!entry) this.skip();
+    const dir = mkdtempSync(join(tmpdir(), 'bench-peer-'));
+    const peer = await LlamaCppPeer.open(entry!, writeGguf('engine/models/runahead-coder', join(dir, 'm.gguf')).path, { threads: 1, contextSize: 512, gpu: false });
+    try {
+      const prompt = Array.from({ length: 40 }, (_, i) => 300 + ((i + 1) * 37) % 9000);
+      const a = await peer.generate(prompt, 12, []);
+      const b = await peer.generate(prompt, 12, []);
+      assert.equal(a.prompt_tokens, 40);
+      assert.equal(a.tokens.length, 12);
+      assert.deepEqual(b.tokens, a.tokens);
+      assert.ok(a.decode_ms_per_token > 0 && a.decode_ms_per_token < a.wall_decode_ms_per_token * 1.5, `decode ${a.decode_ms_per_token} ms, from JS ${a.wall_decode_ms_per_token} ms`);
+      // A stop id ends it before that token.
+      assert.deepEqual((await peer.generate(prompt, 12, [a.tokens[3]])).tokens, a.tokens.slice(0, a.tokens.indexOf(a.tokens[3])));
+    } finally {
+      await peer.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

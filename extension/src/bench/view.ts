@@ -59,7 +59,7 @@ if (!result.identical_to_plain) {
 const facts = el('ul');
 const m = result.machine;
 for (const line of [
-  `CPU ${m.cpu} (${m.cores} cores), SIMD ${m.simd ?? '?'}, threads ${m.threads ?? 'auto'}; GPU ${m.gpu ?? 'none used'}; backend ${m.backend ?? '?'}`,
+  `CPU ${m.cpu} (${m.cores} cores), SIMD ${m.simd ?? '?'}, threads ${m.threads ?? 'auto'}${m.load_average ? `, load average ${m.load_average.map((x) => x.toFixed(1)).join(' → ')}` : ''}; GPU ${m.gpu ?? 'none used'}; backend ${m.backend ?? '?'}`,
   `Model ${m.model}, ${m.quantization ?? '?'}${m.parameters ? `, ${(m.parameters / 1e6).toFixed(1)} M parameters` : ''}`,
   result.bound ? `Bandwidth bound: ${fmt(result.bound.bound_ms_per_token, 3)} ms/token (${(result.bound.weight_bytes / 1e6).toFixed(1)} MB at ${fmt(result.bound.read_bandwidth_gb_s, 1)} GB/s)` : 'Bandwidth bound: not measured',
   `Tasks from ${result.task_source.from}: ${Object.entries(result.task_source.languages).map(([k, v]) => `${k} ${v}`).join(', ')}`,
@@ -153,6 +153,6 @@ if (result.typing) {
 root.appendChild(el('h2', {}, 'llama.cpp peer'));
 const p = result.llama_cpp;
 root.appendChild(el('p', { id: 'peer' }, p.status === 'ran'
-  ? `${p.package} (${p.device}), ${p.tasks} tasks: prefill ${fmt(p.prefill_tokens_per_s, 0)} tokens/s vs Runahead ${fmt(p.runahead_prefill_tokens_per_s, 0)} (${fmt(p.prefill_ratio)}x); decode ${fmt(p.decode_ms_per_token?.mean, 3)} ms/token vs Runahead ${fmt(p.runahead_decode_ms_per_token?.mean, 3)} (${fmt(p.decode_ratio)}x); same text ${p.same_output?.same}/${p.same_output?.of}`
+  ? `${p.package} (${p.device}), ${p.tasks} tasks: prefill ${fmt(p.prefill_tokens_per_s, 0)} tokens/s vs Runahead ${fmt(p.runahead_prefill_tokens_per_s, 0)} (${fmt(p.prefill_ratio)}x); decode ${fmt(p.decode_ms_per_token?.mean, 3)} ms/token vs Runahead ${fmt(p.runahead_decode_ms_per_token?.mean, 3)} (${fmt(p.decode_ratio)}x; through node-llama-cpp from JavaScript ${fmt(p.wall_decode_ms_per_token?.mean, 3)}); same greedy output ${p.same_output?.same}/${p.same_output?.of}`
   : `${p.package}: ${p.status}${p.detail ? ` — ${p.detail}` : ''}. Install it with "Run Benchmark" → configurations → llama.cpp peer.`));
 document.body.setAttribute('data-ready', 'true');

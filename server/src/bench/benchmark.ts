@@ -10,7 +10,7 @@
 // prefetch) on each configuration.
 import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, statSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { promisify } from 'node:util';
 import { Completer } from '../completion/completer';
@@ -23,7 +23,7 @@ import type { LoadReport } from '../engine/protocol';
 import type { Log } from '../log';
 import { RemoteSource } from '../remote/remoteSource';
 import type { Settings, Speculation } from '../settings';
-import { LlamaCppPeer, PEER_PACKAGE, PEER_VERSION } from './peer';
+import { LlamaCppPeer, PEER_PACKAGE, PEER_VERSION, type PeerRun } from './peer';
 import { writeGguf } from './gguf';
 import { bundledSamples } from './samples';
 import { distribution, editSimilarity, exactMatch, mean, type Distribution } from './stats';
@@ -156,16 +156,19 @@ export interface LlamaCppResult {
   gguf?: string;
   device?: string;
   tasks?: number;
+  /** llama.cpp's own times (its perf counters), as Runahead's are the engine's own. */
   prefill_tokens_per_s?: number;
   decode_ms_per_token?: Distribution;
+  /** llama.cpp's decode time per token seen from JavaScript through node-llama-cpp (a native round trip per token). */
+  wall_decode_ms_per_token?: Distribution;
   /** The same tasks on Runahead with speculation off, measured interleaved. */
   runahead_prefill_tokens_per_s?: number;
   runahead_decode_ms_per_token?: Distribution;
   /** Runahead ÷ llama.cpp for prefill speed, llama.cpp ÷ Runahead for decode time: above 1, Runahead is faster. */
   prefill_ratio?: number;
   decode_ratio?: number;
-  /** Tasks whose greedy text equals Runahead's (the export and both engines agree). */
-  same_output?: { same: number; of: number };
+  /** Tasks whose greedy output equals Runahead's (the export and both engines agree); for each other task, the token where llama.cpp's departs. */
+  same_output?: { same: number; of: number; diverged_at: number[] };
 }
 
 export interface BoundResult {
@@ -183,6 +186,8 @@ export interface Machine {
   gpu?: string;
   threads?: number;
   backend?: string;
+  /** 1-minute load average at the start and the end of the run: above `cores`, every time here is inflated. */
+  load_average?: [number, number];
   model: string;
   quantization?: string;
   parameters?: number;
@@ -250,6 +255,7 @@ export function syntheticPrompt(i: number): string {
 /** Runs the benchmark; always stops the engines it started. */
 export async function runBenchmark(params: BenchmarkParams, env: BenchmarkEnv): Promise<BenchmarkResult> {
   const t0 = performance.now();
+  const loadAtStart = loadavg()[0];
   const warnings: string[] = [];
   const files = env.files.length > 0 ? env.files : [...bundledSamples];
   const fim = cutTasks(files, params.tasks, params.seed);
@@ -323,7 +329,7 @@ export async function runBenchmark(params: BenchmarkParams, env: BenchmarkEnv): 
 
     const results: WorkloadResult[] = [];
     const mismatches: BenchmarkResult['mismatches'] = [];
-    const peerRuns: { ours: GenRecord; prompt: number; theirs: Awaited<ReturnType<LlamaCppPeer['generate']>> }[] = [];
+    const peerRuns: PeerRecord[] = [];
     const runWorkload = async (workload: Workload, tasks: GenTask[], maxTokens: number) => {
       const records = new Map<Config, GenRecord[]>(configs.map((c) => [c, []]));
       for (const [i, task] of tasks.entries()) {
@@ -339,8 +345,7 @@ export async function runBenchmark(params: BenchmarkParams, env: BenchmarkEnv): 
           const budget = Math.max(64, Math.min(plain.settings.contextBudget, (report?.context_length ?? model.info.contextLength) - maxTokens - 1));
           const prompt = await model.fim.build({ prefix: task.prefix, suffix: task.suffix, path: task.path, extra: [], budget });
           const theirs = await llama.generate(prompt.ids, maxTokens, model.info.stopTokens);
-          peerRuns.push({ ours, prompt: prompt.ids.length, theirs: { ...theirs, tokens: theirs.tokens } });
-          (theirs as { text?: string }).text = model.info.tokenizer.decode(theirs.tokens);
+          peerRuns.push({ ours, prompt: prompt.ids.length, theirs, agreed: agreedTokens(theirs.tokens, ours.text, (ids) => model.info.tokenizer.decode(ids)) });
           step(`llama.cpp ${i + 1}/${tasks.length}`);
         }
       }
@@ -369,6 +374,7 @@ export async function runBenchmark(params: BenchmarkParams, env: BenchmarkEnv): 
       simd: report?.optimizations?.simd as string | undefined,
       gpu: (report?.optimizations?.device ?? report?.optimizations?.gpu) as string | undefined,
       threads: report?.threads,
+      load_average: [loadAtStart, loadavg()[0]],
       backend: report?.backend ?? (configs.some((c) => c.name === 'remote') ? 'remote' : undefined),
       model: report?.model ? basename(report.model) : env.settings.modelPath || 'runahead-coder',
       quantization: report?.dtype,
@@ -376,6 +382,10 @@ export async function runBenchmark(params: BenchmarkParams, env: BenchmarkEnv): 
       os: `${process.platform} ${process.arch}`,
       node: process.version,
     };
+    const busiest = Math.max(...machine.load_average!);
+    if (machine.backend !== 'cuda' && busiest > machine.cores - 0.5) {
+      warnings.push(`the machine was busy (load average up to ${busiest.toFixed(1)} on ${machine.cores} cores): CPU times are inflated, llama.cpp's most (its threads wait for each other spinning, without yielding to the processes that hold the cores); set RUNAHEAD_THREADS=1 for both engines, or run again when it is quiet`);
+    }
     const count = (xs: string[]) => xs.reduce<Record<string, number>>((m, x) => ({ ...m, [x]: (m[x] ?? 0) + 1 }), {});
     const { peerEntry: _peer, cacheDir: _cache, ...shown } = params;
     if (mismatches.length > 0) warnings.unshift(`GREEDY OUTPUTS DIFFER FROM PLAIN DECODING in ${mismatches.length} task(s): speculation changed the answer, which is a bug`);
@@ -467,17 +477,34 @@ function summarize(c: Config, records: GenRecord[], tasks: GenTask[], base: GenR
   return row;
 }
 
-function summarizePeer(peer: LlamaCppResult, runs: { ours: GenRecord; prompt: number; theirs: { prefill_ms: number; decode_ms_per_token: number; tokens: number[]; text?: string } }[]): void {
+interface PeerRecord {
+  ours: GenRecord;
+  prompt: number;
+  theirs: PeerRun;
+  /** Leading tokens of llama.cpp's output whose text Runahead's text starts with. */
+  agreed: number;
+}
+
+/** How many of `tokens` (llama.cpp's) agree with `text` (ours): the longest run whose decoded text `text` starts with; all of them and the same length when equal. */
+export function agreedTokens(tokens: number[], text: string, decode: (ids: number[]) => string): number {
+  let n = 0;
+  while (n < tokens.length && text.startsWith(decode(tokens.slice(0, n + 1)))) n++;
+  return n;
+}
+
+function summarizePeer(peer: LlamaCppResult, runs: PeerRecord[]): void {
   const oursPrefill = runs.map((r) => ({ tokens: (r.ours.result.metrics.promptTokens ?? 0) - (r.ours.result.metrics.reusedTokens ?? 0), ms: r.ours.result.metrics.prefillMs ?? NaN }));
   const rate = (xs: { tokens: number; ms: number }[]) => (1000 * xs.reduce((n, x) => n + x.tokens, 0)) / xs.reduce((n, x) => n + x.ms, 0);
   peer.tasks = runs.length;
   peer.prefill_tokens_per_s = rate(runs.map((r) => ({ tokens: r.prompt, ms: r.theirs.prefill_ms })));
   peer.decode_ms_per_token = distribution(runs.map((r) => r.theirs.decode_ms_per_token));
+  peer.wall_decode_ms_per_token = distribution(runs.map((r) => r.theirs.wall_decode_ms_per_token));
   peer.runahead_prefill_tokens_per_s = rate(oursPrefill);
   peer.runahead_decode_ms_per_token = distribution(runs.filter((r) => (r.ours.result.metrics.tokens ?? 0) > 1).map((r) => r.ours.result.metrics.decodeMsPerToken ?? NaN));
   peer.prefill_ratio = peer.runahead_prefill_tokens_per_s / peer.prefill_tokens_per_s;
   peer.decode_ratio = peer.decode_ms_per_token.mean / peer.runahead_decode_ms_per_token.mean;
-  peer.same_output = { same: runs.filter((r) => r.theirs.text === r.ours.text).length, of: runs.length };
+  const same = (r: PeerRecord) => r.agreed === r.theirs.tokens.length && r.ours.result.metrics.tokens === r.theirs.tokens.length;
+  peer.same_output = { same: runs.filter(same).length, of: runs.length, diverged_at: runs.filter((r) => !same(r)).map((r) => r.agreed) };
 }
 
 /** The read bandwidth and the bound of one token per step, from `runahead-engine bench` on the same model and backend. */

@@ -14,26 +14,43 @@ export const PEER_VERSION = '3.21.1';
 /** One greedy generation of the peer. */
 export interface PeerRun {
   prompt_tokens: number;
+  /** llama.cpp's own times, from its counters (llama_perf_context): the prompt's decode, and per generated token its decode, as the engine times itself. */
   prefill_ms: number;
-  /** Decode time per token after the first (the first comes from the prefill). */
   decode_ms_per_token: number;
+  /** The same seen from JavaScript, as an extension on node-llama-cpp would: every token is a round trip to a native worker thread and back. */
+  wall_prefill_ms: number;
+  wall_decode_ms_per_token: number;
   tokens: number[];
 }
 
 // Minimal shapes of the node-llama-cpp API this file uses.
 interface NlcSequence {
   clearHistory(): Promise<void>;
-  evaluate(tokens: number[], options: { temperature: number }): AsyncGenerator<number>;
+  evaluate(tokens: number[], options: { temperature: number; yieldEogToken: boolean }): AsyncGenerator<number>;
+}
+interface NlcContext {
+  getSequence(): NlcSequence;
+  /** Logs llama_perf_context_print's lines and resets the counters. */
+  printTimings(): Promise<void>;
+  dispose(): Promise<void>;
 }
 interface NlcModule {
-  getLlama(options: { gpu: 'auto' | false; build: 'never'; logLevel?: string }): Promise<{
+  getLlama(options: { gpu: 'auto' | false; build: 'never'; logLevel: 'info'; logger: (level: string, message: string) => void }): Promise<{
     gpu: string | false;
     loadModel(o: { modelPath: string }): Promise<{
-      createContext(o: { contextSize: number; threads?: number; batchSize?: number }): Promise<{ getSequence(): NlcSequence; dispose(): Promise<void> }>;
+      createContext(o: { contextSize: number; threads?: number; batchSize: number; performanceTracking: true }): Promise<NlcContext>;
       dispose(): Promise<void>;
     }>;
     dispose(): Promise<void>;
   }>;
+}
+
+/** llama.cpp's counters as llama_perf_context_print logs them: `prompt eval time = 12.3 ms / 456 tokens`, `eval time = 7.8 ms / 9 runs`. */
+export function parsePerfLines(lines: readonly string[]): { prompt_ms: number; prompt_tokens: number; eval_ms: number; eval_runs: number } | undefined {
+  const prompt = lines.map((l) => /prompt eval time =\s*([\d.]+) ms \/\s*(\d+) tokens/.exec(l)).find(Boolean);
+  const evals = lines.map((l) => /(?<!prompt )eval time =\s*([\d.]+) ms \/\s*(\d+) runs/.exec(l)).find(Boolean);
+  if (!prompt || !evals) return undefined;
+  return { prompt_ms: Number(prompt[1]), prompt_tokens: Number(prompt[2]), eval_ms: Number(evals[1]), eval_runs: Number(evals[2]) };
 }
 
 // A real dynamic import also from the CommonJS bundle (esbuild would turn `import()` into `require`, and the package is ESM only).
@@ -56,7 +73,10 @@ export function peerInstallCommand(base: string): string {
 
 export class LlamaCppPeer {
   private constructor(
+    private readonly context: NlcContext,
     private readonly sequence: NlcSequence,
+    /** What llama.cpp has logged since the last generation started. */
+    private readonly logged: string[],
     private readonly dispose: () => Promise<void>,
     /** What the peer runs on: cpu, cuda, vulkan, metal. */
     readonly device: string,
@@ -65,31 +85,64 @@ export class LlamaCppPeer {
   /** Loads `gguf` with node-llama-cpp from `entry` (its resolved index.js); `gpu` false keeps it on the CPU like a CPU engine. */
   static async open(entry: string, gguf: string, options: { threads: number; contextSize: number; gpu: boolean }): Promise<LlamaCppPeer> {
     const nlc = (await importModule(pathToFileURL(entry).href)) as NlcModule;
-    const llama = await nlc.getLlama({ gpu: options.gpu ? 'auto' : false, build: 'never', logLevel: 'error' });
+    const logged: string[] = [];
+    // At 'info' so that printTimings reaches the logger; nothing else logged is shown.
+    const llama = await nlc.getLlama({ gpu: options.gpu ? 'auto' : false, build: 'never', logLevel: 'info', logger: (_level, message) => logged.push(message) });
     const model = await llama.loadModel({ modelPath: gguf });
-    const context = await model.createContext({ contextSize: options.contextSize, threads: options.threads || undefined, batchSize: 512 });
-    return new LlamaCppPeer(context.getSequence(), async () => {
+    const context = await model.createContext({ contextSize: options.contextSize, threads: options.threads || undefined, batchSize: 512, performanceTracking: true });
+    const peer = new LlamaCppPeer(context, context.getSequence(), logged, async () => {
       await context.dispose();
       await model.dispose();
       await llama.dispose();
     }, llama.gpu || 'cpu');
+    // The first evaluation allocates llama.cpp's compute buffers (~5x a later prefill): not part of any task.
+    await peer.generate(Array.from({ length: 64 }, (_, i) => i + 1), 8, []);
+    return peer;
   }
 
-  /** Greedy generation from `prompt` with an empty KV cache, stopping at `stop` ids or after `maxTokens`. */
+  /**
+   * Greedy generation from `prompt` (ids as they are: no BOS added, nothing
+   * tokenized) with an empty KV cache, stopping at `stop` ids or after
+   * `maxTokens`. llama.cpp's own end-of-generation set (which adds the FIM
+   * pad, repo and file-separator tokens) is not used, so both engines stop alike.
+   */
   async generate(prompt: number[], maxTokens: number, stop: readonly number[]): Promise<PeerRun> {
     await this.sequence.clearHistory();
+    await this.timings(); // resets the counters
     const tokens: number[] = [];
     const started = performance.now();
     let first = 0;
-    for await (const t of this.sequence.evaluate(prompt, { temperature: 0 })) {
-      if (tokens.length === 0) first = performance.now();
+    let decodes = 0;
+    for await (const t of this.sequence.evaluate(prompt, { temperature: 0, yieldEogToken: true })) {
+      if (first === 0) first = performance.now();
+      else decodes++;
       if (stop.includes(t)) break;
       tokens.push(t);
       if (tokens.length >= maxTokens) break;
     }
     const end = performance.now();
-    const prefill = (first || end) - started;
-    return { prompt_tokens: prompt.length, prefill_ms: prefill, decode_ms_per_token: tokens.length > 1 ? (end - first) / (tokens.length - 1) : NaN, tokens };
+    const perf = await this.timings();
+    return {
+      // What llama.cpp evaluated: a BOS of its own would make it one more.
+      prompt_tokens: perf.prompt_tokens,
+      prefill_ms: perf.prompt_ms,
+      decode_ms_per_token: perf.eval_runs > 0 ? perf.eval_ms / perf.eval_runs : NaN,
+      wall_prefill_ms: first - started,
+      wall_decode_ms_per_token: decodes > 0 ? (end - first) / decodes : NaN,
+      tokens,
+    };
+  }
+
+  /** llama.cpp's counters since the last call (printTimings logs and resets them; the logger runs on the event loop, after printTimings has returned). */
+  private async timings(): Promise<NonNullable<ReturnType<typeof parsePerfLines>>> {
+    this.logged.length = 0;
+    await this.context.printTimings();
+    for (let i = 0; i < 100; i++) {
+      const perf = parsePerfLines(this.logged);
+      if (perf) return perf;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    throw new Error(`llama.cpp logged no 'prompt eval time' and 'eval time' lines (llama_perf_context_print) after a generation; it logged: ${this.logged.slice(-5).join(' | ') || 'nothing'}`);
   }
 
   close(): Promise<void> {

@@ -50,7 +50,7 @@ function textTable(header: string[], rows: string[][]): string {
 export function machineLines(r: BenchmarkResult): string[] {
   const m = r.machine;
   return [
-    `CPU: ${m.cpu} (${m.cores} logical cores), SIMD ${m.simd ?? 'unknown'}, threads ${m.threads ?? 'auto'}`,
+    `CPU: ${m.cpu} (${m.cores} logical cores), SIMD ${m.simd ?? 'unknown'}, threads ${m.threads ?? 'auto'}${m.load_average ? `, load average ${m.load_average.map((x) => x.toFixed(1)).join(' → ')}` : ''}`,
     `GPU: ${m.gpu ?? (m.backend === 'cuda' ? 'CUDA' : 'none used')}; backend ${m.backend ?? 'unknown'}`,
     `Model: ${m.model}${m.parameters ? `, ${(m.parameters / 1e6).toFixed(1)} M parameters` : ''}, weights ${m.quantization ?? 'unknown'}`,
     `${m.os}, Node ${m.node}; ${r.date}${r.quick ? '; quick run' : ''}`,
@@ -64,7 +64,8 @@ function peerLines(r: BenchmarkResult): string[] {
     `llama.cpp (${p.package}, ${p.device}) on the same model as GGUF, ${p.tasks} FIM tasks interleaved with Runahead (speculation off):`,
     `  prefill tokens/s: Runahead ${num(p.runahead_prefill_tokens_per_s, 0)}, llama.cpp ${num(p.prefill_tokens_per_s, 0)} → ${num(p.prefill_ratio)}x`,
     `  decode ms/token (mean / p50 / p90): Runahead ${dist(p.runahead_decode_ms_per_token!, 3)}, llama.cpp ${dist(p.decode_ms_per_token!, 3)} → ${num(p.decode_ratio)}x`,
-    `  same greedy text as Runahead: ${p.same_output?.same}/${p.same_output?.of}`,
+    `  (both engines' own clocks; llama.cpp seen from JavaScript through node-llama-cpp: ${dist(p.wall_decode_ms_per_token!, 3)} ms/token)`,
+    `  same greedy output as Runahead: ${p.same_output?.same}/${p.same_output?.of}${p.same_output?.diverged_at.length ? ` (the others depart at token ${p.same_output.diverged_at.join(', ')})` : ''}`,
   ];
 }
 
