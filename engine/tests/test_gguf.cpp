@@ -19,8 +19,18 @@ namespace {
 
 constexpr uint32_t kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14;
 
-std::unique_ptr<GgufFile> parse(const std::string& s) {
-  return GgufFile::parse(reinterpret_cast<const uint8_t*>(s.data()), s.size(), "m.gguf");
+// A parsed file with the bytes its views point into.
+struct Parsed {
+  std::shared_ptr<const std::string> bytes;
+  std::unique_ptr<GgufFile> file;
+  const GgufFile* operator->() const { return file.get(); }
+  const GgufFile& operator*() const { return *file; }
+};
+
+Parsed parse(std::string s) {
+  auto bytes = std::make_shared<const std::string>(std::move(s));
+  auto file = GgufFile::parse(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), "m.gguf");
+  return {bytes, std::move(file)};
 }
 
 // The message of the model_error that parsing `s` throws ("" when it parses).
@@ -156,12 +166,11 @@ TEST_CASE("gguf: tensor infos of every supported type, shapes outermost first, d
   w.tensor("q8_0", kQ8_0, {64, 3}, gguf_pattern(2 * 34 * 3, 4));
   w.tensor("q4_k", kQ4_K, {512, 1}, gguf_pattern(2 * 144, 5));
   w.tensor("q6_k", kQ6_K, {256, 2}, gguf_pattern(2 * 210, 6));
-  const std::string bytes = w.bytes();
-  const auto g = parse(bytes);
+  const auto g = parse(w.bytes());
   CHECK(g->alignment() == 64);
   CHECK(g->data_offset() % 64 == 0);
   REQUIRE(g->tensors().size() == 6);
-  const auto* base = reinterpret_cast<const uint8_t*>(bytes.data());
+  const auto* base = reinterpret_cast<const uint8_t*>(g.bytes->data());
   for (size_t k = 0; k < 6; ++k) {
     const GgufTensor& t = g->tensors()[k];
     CHECK(t.offset % 64 == 0);
