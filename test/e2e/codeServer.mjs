@@ -165,10 +165,11 @@ function killQuietly(pid, signal) {
 
 /**
  * Starts code-server and resolves once it answers /healthz; workspaceTrust: true keeps VS Code's
- * workspace trust on (also needs `security.workspace.trust.enabled` in the run's settings).
+ * workspace trust on (also needs `security.workspace.trust.enabled` in the run's settings);
+ * env: variables added to the isolated environment (e.g. a test hook's RUNAHEAD_E2E_*).
  * Returns { url, port, pid, stop() }; stop() is idempotent and also runs on process exit.
  */
-export async function startCodeServer(tools, run, { port, host = '127.0.0.1', timeoutMs = 90_000, workspaceTrust = false } = {}) {
+export async function startCodeServer(tools, run, { port, host = '127.0.0.1', timeoutMs = 90_000, workspaceTrust = false, env = {} } = {}) {
   port ??= await freePort();
   const args = [
     tools.codeServer,
@@ -185,7 +186,7 @@ export async function startCodeServer(tools, run, { port, host = '127.0.0.1', ti
     run.workspace,
   ];
   const out = createWriteStream(run.log);
-  const child = spawn(tools.node, args, { env: isolatedEnv(tools, run), cwd: run.dir, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(tools.node, args, { env: { ...isolatedEnv(tools, run), ...env }, cwd: run.dir, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   child.stdout.pipe(out);
   child.stderr.pipe(out);
   let exited = null;

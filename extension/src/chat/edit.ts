@@ -17,6 +17,7 @@ interface PendingEdit {
   doc: vscode.TextDocument;
   version: number;
   range: vscode.Range;
+  selection: string;
   proposed: vscode.Uri;
   text: string;
   done: boolean;
@@ -39,6 +40,12 @@ export function editMessages(file: string, languageId: string, before: string, s
 export function unfence(text: string): string {
   const m = /^\s*```[\w+-]*\n([\s\S]*?)\n?```\s*$/.exec(text);
   return m ? m[1] : text.replace(/^\s*```[\w+-]*\n/, '');
+}
+
+/** The reply as the selection's replacement: unfenced, and ending in a newline where the selection did (whole lines selected). */
+export function rewriteOf(selection: string, reply: string): string {
+  const text = unfence(reply);
+  return selection.endsWith('\n') && text && !text.endsWith('\n') ? `${text}\n` : text;
 }
 
 export class EditWithInstruction implements vscode.TextDocumentContentProvider {
@@ -66,7 +73,7 @@ export class EditWithInstruction implements vscode.TextDocumentContentProvider {
     const p = this.pending;
     if (!p || p.proposed.toString() !== uri.toString()) return '';
     const whole = p.doc.getText();
-    return whole.slice(0, p.doc.offsetAt(p.range.start)) + unfence(p.text) + whole.slice(p.doc.offsetAt(p.range.end));
+    return whole.slice(0, p.doc.offsetAt(p.range.start)) + rewriteOf(p.selection, p.text) + whole.slice(p.doc.offsetAt(p.range.end));
   }
 
   async run(instruction?: string): Promise<string | undefined> {
@@ -78,17 +85,17 @@ export class EditWithInstruction implements vscode.TextDocumentContentProvider {
     if (!instruction) return undefined;
     await this.finish('replaced');
     const proposed = vscode.Uri.from({ scheme: SCHEME, path: doc.uri.path, query: String(++this.serial) });
-    const p: PendingEdit = { doc, version: doc.version, range, proposed, text: '', done: false };
+    const p: PendingEdit = { doc, version: doc.version, range, selection: doc.getText(range), proposed, text: '', done: false };
     this.pending = p;
     await vscode.commands.executeCommand('setContext', 'runahead.editPending', true);
     await vscode.commands.executeCommand('vscode.diff', doc.uri, proposed, `${vscode.workspace.asRelativePath(doc.uri)} ↔ Runahead edit`, { preview: true });
     const text = doc.getText();
-    const messages = editMessages(vscode.workspace.asRelativePath(doc.uri), doc.languageId, text.slice(0, doc.offsetAt(range.start)), doc.getText(range), text.slice(doc.offsetAt(range.end)), instruction);
+    const messages = editMessages(vscode.workspace.asRelativePath(doc.uri), doc.languageId, text.slice(0, doc.offsetAt(range.start)), p.selection, text.slice(doc.offsetAt(range.end)), instruction);
     let timer: NodeJS.Timeout | undefined;
     const r = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: 'Runahead: editing…', cancellable: true }, (_progress, token) =>
       this.streams.chat(
         this.client,
-        { messages, maxTokens: Math.max(256, Math.ceil(doc.getText(range).length / 2) + 256), temperature: 0 },
+        { messages, maxTokens: Math.max(256, Math.ceil(p.selection.length / 2) + 256), temperature: 0 },
         (d) => {
           p.text += d.text ?? '';
           timer ??= setTimeout(() => {
@@ -99,6 +106,7 @@ export class EditWithInstruction implements vscode.TextDocumentContentProvider {
         token,
       ),
     ).then(undefined, (err: Error) => {
+      this.log.error(`edit failed: ${err.message}`);
       void vscode.window.showErrorMessage(`Runahead: ${err.message}`);
       return undefined;
     });
@@ -109,7 +117,7 @@ export class EditWithInstruction implements vscode.TextDocumentContentProvider {
       const s = r.stats;
       this.log.info(`edit: ${r.usage.completionTokens} tokens, ${r.finish}${s?.acceptedPerStep ? `, ${s.acceptedPerStep.toFixed(2)} accepted/step` : ''}${s?.msPerToken ? `, ${s.msPerToken.toFixed(1)} ms/token` : ''}`);
     }
-    return unfence(p.text);
+    return rewriteOf(p.selection, p.text);
   }
 
   /** Replaces the selection with the rewrite, unless the file changed meanwhile. */
@@ -122,7 +130,7 @@ export class EditWithInstruction implements vscode.TextDocumentContentProvider {
       return false;
     }
     const edit = new vscode.WorkspaceEdit();
-    edit.replace(p.doc.uri, p.range, unfence(p.text));
+    edit.replace(p.doc.uri, p.range, rewriteOf(p.selection, p.text));
     const ok = await vscode.workspace.applyEdit(edit);
     await this.finish('accepted');
     return ok;

@@ -62,18 +62,25 @@ export class RunaheadChatProvider implements vscode.LanguageModelChatProvider {
     private readonly log: vscode.LogOutputChannel,
   ) {}
 
-  /** The model or its state changed (runahead/status): VS Code asks for the list again. */
+  private retry: NodeJS.Timeout | undefined;
+  private lastProblem: string | undefined;
+
+  /** The model may have changed: VS Code asks for the list again. */
   refresh(): void {
     this.changed.fire();
   }
 
   async provideLanguageModelChatInformation(): Promise<vscode.LanguageModelChatInformation[]> {
-    const m = await this.client.sendRequest<ChatModelAnswer>(CHAT_MODEL_REQUEST).catch((err: Error) => ({ problem: err.message }));
-    if ('problem' in m && m.problem && !('id' in m)) {
-      this.log.info(`chat model: none (${m.problem})`);
+    const model = await this.client.sendRequest<ChatModelAnswer>(CHAT_MODEL_REQUEST).catch((err: Error): ChatModelAnswer => ({ problem: err.message, loading: false }));
+    clearTimeout(this.retry);
+    if ('loading' in model) {
+      if (model.problem !== this.lastProblem) this.log.info(`chat model: none (${model.problem})`);
+      this.lastProblem = model.problem;
+      // VS Code only asks again when told: while the server loads the model, tell it every second.
+      if (model.loading) this.retry = setTimeout(() => this.refresh(), 1000);
       return [];
     }
-    const model = m as Exclude<ChatModelAnswer, { problem: string }>;
+    this.lastProblem = undefined;
     if (model.problem) this.log.warn(`chat model ${model.name}: ${model.problem}`);
     return [
       {

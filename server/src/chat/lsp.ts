@@ -24,8 +24,8 @@ export interface ChatParams {
 
 export type ChatDeltaParams = { id: string; text?: string; toolCalls?: GenerationResult['toolCalls'] };
 
-/** What runahead/chatModel answers: the model, or why there is none to chat with. */
-export type ChatModelAnswer = AgentModel | { problem: string };
+/** What runahead/chatModel answers: the model, or why there is none to chat with (`loading`: ask again soon). */
+export type ChatModelAnswer = AgentModel | { problem: string; loading: boolean };
 
 const asResponseError = (err: unknown) => new ResponseError(err instanceof AgentError ? err.status : 500, err instanceof Error ? err.message : String(err));
 
@@ -35,7 +35,7 @@ export function serveAgentRequests(connection: Connection, runahead: Runahead, l
     try {
       return await runahead.agent.model();
     } catch (err) {
-      return { problem: (err as Error).message };
+      return { problem: (err as Error).message, loading: err instanceof AgentError && err.code === 'model_not_ready' };
     }
   });
   connection.onRequest(TOKEN_COUNT_REQUEST, async (p: { text: string }) => {
