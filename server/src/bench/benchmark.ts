@@ -384,7 +384,8 @@ export async function runBenchmark(params: BenchmarkParams, env: BenchmarkEnv): 
     };
     const busiest = Math.max(...machine.load_average!);
     if (machine.backend !== 'cuda' && busiest > machine.cores - 0.5) {
-      warnings.push(`the machine was busy (load average up to ${busiest.toFixed(1)} on ${machine.cores} cores): CPU times are inflated, llama.cpp's most (its threads wait for each other spinning, without yielding to the processes that hold the cores); set RUNAHEAD_THREADS=1 for both engines, or run again when it is quiet`);
+      const peerWorst = peer.status === 'ran' ? ", llama.cpp's most (its threads wait for each other spinning, without yielding to the processes that hold the cores); set RUNAHEAD_THREADS=1 for both engines" : '';
+      warnings.push(`the machine was busy (load average up to ${busiest.toFixed(1)} on ${machine.cores} cores): CPU times are inflated${peerWorst}; run again when it is quiet`);
     }
     const count = (xs: string[]) => xs.reduce<Record<string, number>>((m, x) => ({ ...m, [x]: (m[x] ?? 0) + 1 }), {});
     const { peerEntry: _peer, cacheDir: _cache, ...shown } = params;

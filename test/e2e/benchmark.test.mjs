@@ -1,0 +1,134 @@
+// "Runahead: Run Benchmark" as a user runs it (code-server + headless Chromium):
+// picked from the palette, a quick selection in its pickers (the FIM workload,
+// speculation off and lookup, no peer), the webview's charts and tables once it
+// is ready, its Export JSON through the save dialog, and every number of the
+// tables equal to that JSON. The webview must log no CSP violation or error.
+// One code-server start. Screenshots: test/artifacts/e2e/benchmark/.
+import assert from 'node:assert/strict';
+import { cpSync, existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { chooseModel, installExtension, makeRunDir, repoRoot, startCodeServer } from './codeServer.mjs';
+import { ensureTools } from './tools.mjs';
+import { buildVsix } from './vsix.mjs';
+import { Workbench } from './workbench.mjs';
+
+const artifacts = join(repoRoot, 'test', 'artifacts', 'e2e', 'benchmark');
+const log = (msg) => console.log(`      ${msg}`);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/** As the view formats a number (view.ts `fmt`). */
+const fmt = (x) => (typeof x !== 'number' || !Number.isFinite(x) ? '–' : x.toFixed(2));
+
+describe('Benchmark from the command palette (code-server + headless Chromium)', function () {
+  let tools;
+  let run;
+  let server;
+  let wb;
+  /** What the page's frames logged: the webview's CSP violations and script errors land here. */
+  const consoleErrors = [];
+  let webviewMessages = 0;
+
+  before(async function () {
+    this.timeout(60 * 60_000);
+    rmSync(artifacts, { recursive: true, force: true });
+    mkdirSync(artifacts, { recursive: true });
+    tools = ensureTools();
+    const vsix = buildVsix();
+    const model = chooseModel();
+    run = makeRunDir({ settings: model.isDefault ? {} : { 'runahead.modelPath': model.path } });
+    // The sample files are below the benchmark's 400-byte minimum: one real file gives it "your code".
+    cpSync(join(repoRoot, 'server', 'src', 'bench', 'stats.ts'), join(run.workspace, 'stats.ts'));
+    installExtension(tools, run, vsix);
+    server = await startCodeServer(tools, run);
+    wb = await Workbench.launch(tools.playwright, { chromium: tools.chromium, profileDir: join(run.dir, 'chromium-profile'), artifacts, url: server.url });
+    wb.page.on('console', (m) => {
+      if (/webview/.test(m.location().url)) webviewMessages++;
+      if (m.type() === 'error' && /Content.Security.Policy|Refused to|benchView|Uncaught/i.test(m.text())) consoleErrors.push(m.text());
+    });
+    wb.page.on('pageerror', (e) => consoleErrors.push(`pageerror: ${e.message}`));
+    await wb.waitForStatus(/ms\/tok|Runahead$/, 180_000);
+  });
+
+  after(async function () {
+    this.timeout(60_000);
+    await wb?.close();
+    await server?.stop();
+    if (run) {
+      if (existsSync(join(run.userData, 'logs'))) cpSync(join(run.userData, 'logs'), join(artifacts, 'logs'), { recursive: true });
+      rmSync(run.dir, { recursive: true, force: true });
+    }
+    log(`console messages from webview frames: ${webviewMessages}`);
+    if (wb) log(`screenshots: ${wb.shots.map((s) => s.slice(repoRoot.length + 1)).join(' ')}`);
+  });
+
+  const quickInput = () => wb.page.locator('.quick-input-widget');
+
+  /** In a multi-select picker, leaves exactly the rows whose label is in `labels` checked, then accepts. */
+  async function pickOnly(title, labels) {
+    await quickInput().locator(`input[aria-label="${title}"]`).waitFor();
+    const rows = quickInput().locator('.monaco-list-row');
+    await rows.first().waitFor();
+    for (let i = 0; i < (await rows.count()); i++) {
+      const row = rows.nth(i);
+      const label = (await row.locator('.label-name').first().textContent()).trim();
+      const box = row.locator('[role=checkbox]');
+      if (((await box.getAttribute('aria-checked')) === 'true') !== labels.includes(label)) await box.click();
+    }
+    await wb.screenshot(`picker-${title.split(': ').pop()}`);
+    await quickInput().locator('.quick-input-action .monaco-button').filter({ hasText: 'OK' }).click();
+  }
+
+  it('runs a quick benchmark and shows charts and tables whose numbers are the exported JSON', async function () {
+    this.timeout(300_000);
+    await wb.page.keyboard.press('F1');
+    await quickInput().locator('input').fill('>Runahead: Run Benchmark');
+    await quickInput().locator('.monaco-list-row.focused').filter({ hasText: 'Runahead: Run Benchmark' }).waitFor();
+    await wb.page.keyboard.press('Enter');
+    await pickOnly('Runahead benchmark: workloads', ['Your code']);
+    await pickOnly('Runahead benchmark: configurations', ['off', 'lookup']);
+    await quickInput().locator('input[aria-label="Runahead benchmark: length"]').waitFor();
+    await quickInput().locator('.monaco-list-row').filter({ hasText: 'Quick' }).click();
+
+    const started = Date.now();
+    const view = wb.page.frameLocator('iframe.webview.ready').frameLocator('iframe#active-frame');
+    await view.locator('body[data-ready="true"]').waitFor({ timeout: 240_000 });
+    log(`report shown ${((Date.now() - started) / 1000).toFixed(0)} s after the last pick`);
+    await wb.page.keyboard.press('Escape'); // a notification can cover the charts
+    await sleep(300);
+    await wb.screenshot('report');
+
+    await view.locator('table[data-workload="fim"]').scrollIntoViewIfNeeded();
+    await wb.screenshot('report-tables');
+
+    const charts = await view.locator('canvas').evaluateAll((cs) => cs.map((c) => ({ id: c.id, w: c.width, h: c.height })));
+    assert.deepEqual(charts.map((c) => c.id), ['chart-ms', 'chart-accepted', 'chart-latency']);
+    for (const c of charts) assert.ok(c.w > 100 && c.h > 100, `chart ${c.id} is ${c.w}×${c.h}`);
+
+    await view.locator('#exportJson').click();
+    // code-server's save dialog is VS Code's own: a path in a quick input, the workspace's runahead-benchmark.json by default.
+    const path = quickInput().locator('input');
+    await path.waitFor();
+    await sleep(300);
+    assert.match(await path.inputValue(), /runahead-benchmark\.json$/);
+    await wb.page.keyboard.press('Enter');
+    const file = join(run.workspace, 'runahead-benchmark.json');
+    for (let i = 0; i < 100 && !existsSync(file); i++) await sleep(100);
+    const result = JSON.parse(readFileSync(file, 'utf8'));
+
+    const fim = result.results.find((w) => w.workload === 'fim');
+    assert.deepEqual(result.results.map((w) => w.workload), ['fim']);
+    assert.deepEqual(fim.configurations.map((c) => c.configuration), ['off', 'lookup']);
+    assert.ok(fim.configurations.every((c) => !c.error && c.tasks > 0 && c.ms_per_token.mean > 0), JSON.stringify(fim.configurations.map((c) => [c.configuration, c.error, c.ms_per_token])));
+    assert.deepEqual([result.task_source.from, result.task_source.files], ['workspace', 1]);
+    assert.equal(result.identical_to_plain, true, `greedy outputs differ: ${JSON.stringify(result.mismatches)}`);
+
+    const cells = await view.locator('table[data-workload="fim"] td[data-field]').evaluateAll((tds) => tds.map((td) => ({ config: td.dataset.config, field: td.dataset.field, text: td.textContent })));
+    assert.ok(cells.length >= 2 * 12, `only ${cells.length} cells`);
+    for (const { config, field, text } of cells) {
+      const row = fim.configurations.find((c) => c.configuration === config);
+      const value = field.split('.').reduce((o, k) => o?.[k], row);
+      assert.equal(text, typeof value === 'number' ? fmt(value) : (value ?? ''), `${config} ${field}`);
+    }
+    log(`${cells.length} cells equal the JSON; off ${fmt(fim.configurations[0].ms_per_token.mean)} ms/token, lookup ${fmt(fim.configurations[1].ms_per_token.mean)} ms/token`);
+    assert.deepEqual(consoleErrors, []);
+  });
+});
