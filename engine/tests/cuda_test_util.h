@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "cpu/half.h"
+#include "model/half.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_memory.h"

@@ -167,3 +167,27 @@ TEST_CASE("config: options that would change the computation are refused, not ig
   j["hidden_act"] = "gelu";
   CHECK(error_of([&] { parse_config(j, "c"); }).field == "hidden_act");
 }
+
+TEST_CASE("config: Llama 3.1's llama3 RoPE scaling is read; its fields are required") {
+  json j = tiny_config("LlamaForCausalLM");
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  const ModelConfig c = parse_config(j, "config.json");
+  CHECK(c.rope_scaling.type == "llama3");
+  CHECK(c.rope_scaling.factor == doctest::Approx(8));
+  CHECK(c.rope_scaling.high_freq_factor == doctest::Approx(4));
+  CHECK(c.rope_scaling.original_max_positions == 8192);
+  j["rope_scaling"].erase("low_freq_factor");
+  CHECK(error_of([&] { parse_config(j, "c"); }).field == "rope_scaling.low_freq_factor");
+}
+
+TEST_CASE("config: Qwen3 loads, with QKV biases only when attention_bias says so") {
+  json j = tiny_config("Qwen3ForCausalLM");
+  j["head_dim"] = 8;
+  ModelConfig c = parse_config(j, "config.json");
+  CHECK(c.architecture == "Qwen3ForCausalLM");
+  CHECK_FALSE(c.qkv_bias);
+  CHECK(c.head_dim == 8);
+  j["attention_bias"] = true;
+  CHECK(parse_config(j, "config.json").qkv_bias);
+}

@@ -5,10 +5,11 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <tuple>
 #include <random>
 #include <vector>
 
-#include "cpu/half.h"
+#include "model/half.h"
 #include "cpu/simd/kernels.h"
 #include "model/error.h"
 #include "runtime/backend.h"
@@ -45,14 +46,17 @@ Tensor random_tensor(Owned& owned, DType dtype, std::vector<int64_t> shape, floa
   return t;
 }
 
-std::shared_ptr<const ModelWeights> tiny_model(DType dtype, bool bias) {
+// Qwen2 with bias, Llama without; `arch` and `rope_scaling` make Qwen3 (q/k norms) or Llama 3.
+std::shared_ptr<const ModelWeights> tiny_model(DType dtype, bool bias, const std::string& arch = {},
+                                               const RopeScaling& rope_scaling = {}) {
   auto owned = std::make_shared<Owned>();
   owned->halves.reserve(64);
   owned->floats.reserve(64);
   std::mt19937 rng(11);
   auto w = std::make_shared<ModelWeights>();
   ModelConfig& c = w->config;
-  c.architecture = bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  c.architecture = !arch.empty() ? arch : bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  c.rope_scaling = rope_scaling;
   c.vocab_size = kVocab;
   c.hidden_size = kHidden;
   c.intermediate_size = kInter;
@@ -73,20 +77,24 @@ std::shared_ptr<const ModelWeights> tiny_model(DType dtype, bool bias) {
   w->embed = random_tensor(*owned, dtype, {kVocab, kHidden}, 0.0f, 1.0f, rng);
   for (int l = 0; l < kLayers; ++l) {
     LayerWeights lw;
-    lw.attn_norm = vec(kHidden, 1.0f, 0.2f);
-    lw.wq = matrix(q_dim, kHidden);
-    lw.wk = matrix(kv_dim, kHidden);
-    lw.wv = matrix(kv_dim, kHidden);
+    lw[Role::AttnNorm] = vec(kHidden, 1.0f, 0.2f);
+    lw[Role::Wq] = matrix(q_dim, kHidden);
+    lw[Role::Wk] = matrix(kv_dim, kHidden);
+    lw[Role::Wv] = matrix(kv_dim, kHidden);
     if (bias) {
-      lw.bq = vec(q_dim, 0.0f, 0.5f);
-      lw.bk = vec(kv_dim, 0.0f, 0.5f);
-      lw.bv = vec(kv_dim, 0.0f, 0.5f);
+      lw[Role::Bq] = vec(q_dim, 0.0f, 0.5f);
+      lw[Role::Bk] = vec(kv_dim, 0.0f, 0.5f);
+      lw[Role::Bv] = vec(kv_dim, 0.0f, 0.5f);
     }
-    lw.wo = matrix(kHidden, q_dim);
-    lw.mlp_norm = vec(kHidden, 1.0f, 0.2f);
-    lw.w_gate = matrix(kInter, kHidden);
-    lw.w_up = matrix(kInter, kHidden);
-    lw.w_down = matrix(kHidden, kInter);
+    if (c.architecture == "Qwen3ForCausalLM") {
+      lw[Role::QNorm] = vec(kHeadDim, 1.0f, 0.3f);
+      lw[Role::KNorm] = vec(kHeadDim, 1.0f, 0.3f);
+    }
+    lw[Role::Wo] = matrix(kHidden, q_dim);
+    lw[Role::MlpNorm] = vec(kHidden, 1.0f, 0.2f);
+    lw[Role::WGate] = matrix(kInter, kHidden);
+    lw[Role::WUp] = matrix(kInter, kHidden);
+    lw[Role::WDown] = matrix(kHidden, kInter);
     w->layers.push_back(lw);
   }
   w->final_norm = vec(kHidden, 1.0f, 0.2f);
@@ -128,12 +136,24 @@ Vec rmsnorm(const Vec& x, const Tensor& w, double eps) {
   return y;
 }
 
+// The frequency of RoPE dimension i, with Llama 3's scaling when the config has it.
+double rope_frequency(const ModelConfig& c, int i) {
+  const double f = std::pow(double(c.rope_theta), -2.0 * i / kHeadDim);
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type != "llama3") return f;
+  const double wavelen = 2 * M_PI / f, old = r.original_max_positions;
+  if (wavelen < old / r.high_freq_factor) return f;
+  if (wavelen > old / r.low_freq_factor) return f / r.factor;
+  const double smooth = (old / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  return (1 - smooth) * f / r.factor + smooth * f;
+}
+
 // rotate_half RoPE of every head of v at position pos.
-void rope(Vec& v, int pos, double theta) {
+void rope(Vec& v, int pos, const ModelConfig& c) {
   const int half = kHeadDim / 2;
   for (size_t h = 0; h < v.size() / kHeadDim; ++h) {
     for (int i = 0; i < half; ++i) {
-      const double angle = pos * std::pow(theta, -2.0 * i / kHeadDim);
+      const double angle = pos * rope_frequency(c, i);
       double& a = v[h * kHeadDim + i];
       double& b = v[h * kHeadDim + i + half];
       const double a0 = a, b0 = b;
@@ -159,10 +179,19 @@ Reference reference_forward(const ModelWeights& w, const std::vector<int32_t>& t
     for (int i = 0; i < kHidden; ++i) x[i] = at(w.embed, int64_t(tokens[pos]) * kHidden + i);
     for (int l = 0; l < kLayers; ++l) {
       const LayerWeights& lw = w.layers[l];
-      Vec h = rmsnorm(x, lw.attn_norm, c.rms_norm_eps);
-      Vec q = linear(lw.wq, h, lw.bq), k = linear(lw.wk, h, lw.bk), v = linear(lw.wv, h, lw.bv);
-      rope(q, int(pos), c.rope_theta);
-      rope(k, int(pos), c.rope_theta);
+      Vec h = rmsnorm(x, lw[Role::AttnNorm], c.rms_norm_eps);
+      Vec q = linear(lw[Role::Wq], h, lw[Role::Bq]), k = linear(lw[Role::Wk], h, lw[Role::Bk]), v = linear(lw[Role::Wv], h, lw[Role::Bv]);
+      if (!lw[Role::QNorm].empty()) {  // Qwen3: an RMSNorm over each head
+        for (Vec* heads : {&q, &k})
+          for (size_t h0 = 0; h0 < heads->size(); h0 += kHeadDim) {
+            const Role r = heads == &q ? Role::QNorm : Role::KNorm;
+            const Vec head(heads->begin() + h0, heads->begin() + h0 + kHeadDim);
+            const Vec normed = rmsnorm(head, lw[r], c.rms_norm_eps);
+            std::copy(normed.begin(), normed.end(), heads->begin() + h0);
+          }
+      }
+      rope(q, int(pos), c);
+      rope(k, int(pos), c);
       keys[l].push_back(k);
       values[l].push_back(v);
       Vec att(size_t(kHeads) * kHeadDim, 0.0);
@@ -181,12 +210,12 @@ Reference reference_forward(const ModelWeights& w, const std::vector<int32_t>& t
           for (int d = 0; d < kHeadDim; ++d)
             att[head * kHeadDim + d] += scores[s] / sum * values[l][s][g * kHeadDim + d];
       }
-      Vec o = linear(lw.wo, att);
+      Vec o = linear(lw[Role::Wo], att);
       for (int i = 0; i < kHidden; ++i) x[i] += o[i];
-      h = rmsnorm(x, lw.mlp_norm, c.rms_norm_eps);
-      Vec gate = linear(lw.w_gate, h), up = linear(lw.w_up, h);
+      h = rmsnorm(x, lw[Role::MlpNorm], c.rms_norm_eps);
+      Vec gate = linear(lw[Role::WGate], h), up = linear(lw[Role::WUp], h);
       for (int i = 0; i < kInter; ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
-      Vec down = linear(lw.w_down, gate);
+      Vec down = linear(lw[Role::WDown], gate);
       for (int i = 0; i < kHidden; ++i) x[i] += down[i];
     }
     out.hidden.push_back(x);
@@ -229,6 +258,33 @@ std::unique_ptr<Backend> backend_for(std::shared_ptr<const ModelWeights> w, int 
 }
 
 }  // namespace
+
+TEST_CASE("cpu backend runs Qwen3 (q/k norms) and Llama 3 (llama3 RoPE scaling) as a double reference does") {
+  const std::vector<int32_t> tokens = random_tokens(40, 3);
+  RopeScaling llama3;
+  llama3.type = "llama3";
+  llama3.factor = 8.0f;
+  llama3.low_freq_factor = 1.0f;
+  llama3.high_freq_factor = 4.0f;
+  llama3.original_max_positions = 64;  // low, blended and high frequencies all occur at head_dim 12
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (const auto& [arch, bias, scaling] : {std::tuple{"Qwen3ForCausalLM", false, RopeScaling{}},
+                                              std::tuple{"Qwen3ForCausalLM", true, RopeScaling{}},
+                                              std::tuple{"LlamaForCausalLM", false, llama3}}) {
+      INFO(arch << " " << dtype_name(dtype) << " bias=" << bias << " rope=" << scaling.type);
+      auto w = tiny_model(dtype, bias, arch, scaling);
+      const Reference ref = reference_forward(*w, tokens);
+      auto b = backend_for(w);
+      std::vector<float> logits;
+      b->forward(std::span(tokens).first(31), 31, logits);  // prefill
+      check_rows(logits, ref.logits, 0, 31);
+      for (size_t i = 31; i < tokens.size(); ++i) {  // decode
+        b->forward(std::span(tokens).subspan(i, 1), 1, logits);
+        check_rows(logits, ref.logits, i, 1);
+      }
+    }
+  }
+}
 
 TEST_CASE("cpu backend matches a double reference for every dtype and kernel table") {
   const std::vector<int32_t> tokens = random_tokens(23, 1);

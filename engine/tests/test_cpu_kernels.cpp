@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "cpu/half.h"
+#include "model/half.h"
 #include "cpu/simd/kernels.h"
 #include "cpu/thread_pool.h"
 

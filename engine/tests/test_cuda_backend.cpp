@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cpu/half.h"
+#include "model/half.h"
 #include "cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 #include "cuda/device_memory.h"

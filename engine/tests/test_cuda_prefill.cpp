@@ -11,7 +11,7 @@
 #include <tuple>
 #include <vector>
 
-#include "cpu/half.h"
+#include "model/half.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_memory.h"
 #include "cuda/kernels.h"

@@ -62,12 +62,12 @@ TEST_CASE("weights: a tiny tied Qwen2 model binds every tensor and reports progr
   check_view(w.embed, written);
   check_view(w.final_norm, written);
   for (const LayerWeights& l : w.layers)
-    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.wo, &l.mlp_norm,
-                            &l.w_gate, &l.w_up, &l.w_down})
-      check_view(*t, written);
-  CHECK(w.layers[1].wk.name == "model.layers.1.self_attn.k_proj.weight");
-  CHECK(w.layers[0].wq.shape == std::vector<int64_t>{16, 16});
-  CHECK(w.layers[0].wk.shape == std::vector<int64_t>{8, 16});  // 2 kv heads x head_dim 4
+    for (Role r : {Role::AttnNorm, Role::Wq, Role::Wk, Role::Wv, Role::Bq, Role::Bk, Role::Bv, Role::Wo,
+                   Role::MlpNorm, Role::WGate, Role::WUp, Role::WDown})
+      check_view(l[r], written);
+  CHECK(w.layers[1][Role::Wk].name == "model.layers.1.self_attn.k_proj.weight");
+  CHECK(w.layers[0][Role::Wq].shape == std::vector<int64_t>{16, 16});
+  CHECK(w.layers[0][Role::Wk].shape == std::vector<int64_t>{8, 16});  // 2 kv heads x head_dim 4
   CHECK(w.lm_head.data == w.embed.data);
   CHECK(w.parameters == total_params(written));
   // Tied: the embedding table is read as the lm_head, so every byte counts.
@@ -87,7 +87,7 @@ TEST_CASE("weights: untied Llama in f16 without attention bias; weight_bytes lea
   write_model(dir.path, config, written);
   const ModelWeights w = load_model(dir.path);
   CHECK(w.dtype == DType::F16);
-  CHECK(w.layers[0].bq.empty());
+  CHECK(w.layers[0][Role::Bq].empty());
   check_view(w.lm_head, written);
   CHECK(w.lm_head.data != w.embed.data);
   CHECK(w.parameters == total_params(written));
@@ -103,8 +103,8 @@ TEST_CASE("weights: f32 weights, a Llama with attention_bias, and explicit head_
   write_model(dir.path, config, written);
   const ModelWeights w = load_model(dir.path);
   CHECK(w.dtype == DType::F32);
-  CHECK(w.layers[0].wq.shape == std::vector<int64_t>{32, 16});  // 4 heads x head_dim 8
-  check_view(w.layers[0].bv, written);
+  CHECK(w.layers[0][Role::Wq].shape == std::vector<int64_t>{32, 16});  // 4 heads x head_dim 8
+  check_view(w.layers[0][Role::Bv], written);
 }
 
 TEST_CASE("weights: a sharded model binds across shards and keeps the mappings alive") {
@@ -208,26 +208,26 @@ TEST_CASE("weights: random 0.5B weights have the published parameter count, sane
   CHECK(w.source == "random:qwen2.5-coder-0.5b");
   CHECK(w.lm_head.data == w.embed.data);
   REQUIRE(w.layers.size() == 24);
-  CHECK(w.layers[23].w_down.shape == std::vector<int64_t>{896, 4864});
+  CHECK(w.layers[23][Role::WDown].shape == std::vector<int64_t>{896, 4864});
   auto value = [](const Tensor& t, int64_t i) {
     uint32_t bits = uint32_t(static_cast<const uint16_t*>(t.data)[i]) << 16;
     float f;
     std::memcpy(&f, &bits, 4);
     return f;
   };
-  CHECK(value(w.layers[5].mlp_norm, 100) == 1.0f);
+  CHECK(value(w.layers[5][Role::MlpNorm], 100) == 1.0f);
   double sum = 0, sq = 0;
-  const int64_t n = w.layers[3].w_up.numel();
-  for (int64_t i = 0; i < n; ++i) sum += value(w.layers[3].w_up, i), sq += value(w.layers[3].w_up, i) * value(w.layers[3].w_up, i);
+  const int64_t n = w.layers[3][Role::WUp].numel();
+  for (int64_t i = 0; i < n; ++i) sum += value(w.layers[3][Role::WUp], i), sq += value(w.layers[3][Role::WUp], i) * value(w.layers[3][Role::WUp], i);
   CHECK(std::abs(sum / n) < 1e-3);
   CHECK(std::sqrt(sq / n) == doctest::Approx(0.02).epsilon(0.05));
   // Two tensors do not share their random values.
-  CHECK(std::memcmp(w.layers[0].wq.data, w.layers[1].wq.data, 64) != 0);
+  CHECK(std::memcmp(w.layers[0][Role::Wq].data, w.layers[1][Role::Wq].data, 64) != 0);
 
   // The same seed gives the same weights; another seed other weights.
   auto gate = [](const ModelWeights& m) {
-    const auto* p = static_cast<const uint8_t*>(m.layers[10].w_gate.data);
-    return std::vector<uint8_t>(p, p + m.layers[10].w_gate.nbytes());
+    const auto* p = static_cast<const uint8_t*>(m.layers[10][Role::WGate].data);
+    return std::vector<uint8_t>(p, p + m.layers[10][Role::WGate].nbytes());
   };
   const std::vector<uint8_t> seven = gate(w);
   CHECK(seven == gate(random_model("qwen2.5-coder-0.5b", 7)));

@@ -1,45 +1,14 @@
-// The CPU backend: a Qwen2 / Llama decoder step you can read top to bottom in forward().
+// The CPU backend: runs the ops of the model's architecture (model/arch/) for n tokens.
 #include <algorithm>
 #include <string>
 
-#include "cpu/attention.h"
-#include "cpu/half.h"
-#include "cpu/kv_cache.h"
-#include "cpu/matmul.h"
-#include "cpu/rmsnorm.h"
-#include "cpu/rope.h"
-#include "cpu/simd/kernels.h"
-#include "cpu/swiglu.h"
-#include "cpu/thread_pool.h"
+#include "cpu/ops.h"
 #include "model/error.h"
+#include "model/numerics.h"
 #include "runtime/backend.h"
 
 namespace runahead {
 namespace {
-
-// Widens a small tensor (norm weight, bias, embedding row) to f32: dst[i] = src[offset + i].
-void widen(const Tensor& src, int64_t offset, int64_t count, float* dst) {
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t j = offset + i;
-    switch (src.dtype) {
-      case DType::F32: dst[i] = static_cast<const float*>(src.data)[j]; break;
-      case DType::F16: dst[i] = f16_to_f32(static_cast<const uint16_t*>(src.data)[j]); break;
-      case DType::BF16: dst[i] = bf16_to_f32(static_cast<const uint16_t*>(src.data)[j]); break;
-    }
-  }
-}
-
-std::vector<float> widen(const Tensor& src) {
-  std::vector<float> out(src.empty() ? 0 : src.numel());
-  widen(src, 0, int64_t(out.size()), out.data());
-  return out;
-}
-
-// y[t, :] += b   for y: [n, b.size()]; nothing when there is no bias.
-void add_bias(const std::vector<float>& b, int n, float* y) {
-  for (int t = 0; t < n; ++t)
-    for (size_t i = 0; i < b.size(); ++i) y[t * b.size() + i] += b[i];
-}
 
 // The config, once its attention shape is one this backend can run.
 const ModelConfig& checked_config(const ModelWeights& w) {
@@ -54,10 +23,6 @@ const ModelConfig& checked_config(const ModelWeights& w) {
   return c;
 }
 
-struct SmallLayerWeights {
-  std::vector<float> attn_norm, mlp_norm, bq, bk, bv;
-};
-
 class CpuBackend final : public Backend {
  public:
   CpuBackend(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options)
@@ -70,12 +35,11 @@ class CpuBackend final : public Backend {
                       : std::min(c_.max_position_embeddings > 0 ? c_.max_position_embeddings : 4096,
                                  4096)),
         cache_(c_.num_layers, capacity_, c_.num_kv_heads * c_.head_dim),
-        rope_(c_.head_dim, c_.rope_theta, capacity_),
+        rope_(c_, capacity_),
         attention_({c_.num_heads, c_.num_kv_heads, c_.head_dim}, pool_.size(), capacity_),
-        final_norm_(widen(w_->final_norm)) {
-    for (const LayerWeights& l : w_->layers) {
-      small_.push_back({widen(l.attn_norm), widen(l.mlp_norm), widen(l.bq), widen(l.bk), widen(l.bv)});
-    }
+        final_norm_(widen(w_->final_norm)),
+        step_(architecture_of(c_).step) {
+    for (const LayerWeights& l : w_->layers) layers_.push_back(cpu_layer(l));
   }
 
   std::string name() const override { return "cpu"; }
@@ -119,7 +83,7 @@ class CpuBackend final : public Backend {
       }
     }
     x_.resize(size_t(n) * H);
-    for (int t = 0; t < n; ++t) widen(w_->embed, int64_t(tokens[t]) * H, H, &x_[size_t(t) * H]);
+    embedding_lookup(w_->embed, tokens.data(), n, x_.data());
     run(n, n_out, logits);
   }
 
@@ -143,42 +107,50 @@ class CpuBackend final : public Backend {
     h_.resize(size_t(n) * H);
     q_.resize(size_t(n) * q_dim);
     att_.resize(size_t(n) * q_dim);
-    gate_.resize(size_t(n) * I);
+    act_.resize(size_t(n) * I);
     up_.resize(size_t(n) * I);
+    const CpuContext cx{pool_, kernels_};
+    const AttentionShape shape{c_.num_heads, c_.num_kv_heads, c_.head_dim};
 
     for (int l = 0; l < c_.num_layers; ++l) {
-      const LayerWeights& lw = w_->layers[l];
-      const SmallLayerWeights& sw = small_[l];
-      // K and V are written straight into the cache rows of the new positions.
-      float* k = cache_.k(l, pos0);
-      float* v = cache_.v(l, pos0);
-
-      rmsnorm(pool_, x_.data(), sw.attn_norm.data(), c_.rms_norm_eps, n, H, h_.data());
-      const MatmulJob qkv[] = {{&lw.wq, q_.data()}, {&lw.wk, k}, {&lw.wv, v}};
-      matmul(pool_, kernels_, qkv, h_.data(), n);
-      add_bias(sw.bq, n, q_.data());
-      add_bias(sw.bk, n, k);
-      add_bias(sw.bv, n, v);
-      rope_.apply(pool_, q_.data(), n, c_.num_heads, pos0);
-      rope_.apply(pool_, k, n, c_.num_kv_heads, pos0);
-      attention_.run(pool_, kernels_, cache_, l, q_.data(), n, pos0, att_.data());
-      residual(lw.wo, att_.data(), n);
-
-      rmsnorm(pool_, x_.data(), sw.mlp_norm.data(), c_.rms_norm_eps, n, H, h_.data());
-      const MatmulJob gate_up[] = {{&lw.w_gate, gate_.data()}, {&lw.w_up, up_.data()}};
-      matmul(pool_, kernels_, gate_up, h_.data(), n);
-      swiglu(pool_, kernels_, gate_.data(), up_.data(), int64_t(n) * I);
-      residual(lw.w_down, gate_.data(), n);
+      const CpuLayer& lw = layers_[l];
+      for (const Op& op : step_) {
+        const float* in = buffer(op.in);
+        float* out = buffer(op.out);
+        switch (op.kind) {
+          case OpKind::RmsnormQkvRopeAppend:  // K and V go straight into the cache rows
+            rmsnorm_qkv_rope_append(cx, lw, shape, c_.rms_norm_eps, rope_, in, n, pos0, h_.data(), out,
+                                    cache_.k(l, pos0), cache_.v(l, pos0));
+            break;
+          case OpKind::Attention:
+            attention_.run(pool_, kernels_, cache_, l, in, n, pos0, out);
+            break;
+          case OpKind::MatmulResidual:
+            matmul_residual(cx, lw[op.weight], in, n, h_.data(), out);
+            break;
+          case OpKind::RmsnormGateUpSwiglu:
+            rmsnorm_gate_up_swiglu(cx, lw, c_.rms_norm_eps, in, n, h_.data(), up_.data(), out);
+            break;
+        }
+      }
     }
     cache_.set_len(pos0 + n);
 
     const float* const last = x_.data() + size_t(n - n_out) * H;
     const float* const end = x_.data() + x_.size();
     hidden_.assign(keep_all_hidden_ ? static_cast<const float*>(x_.data()) : last, end);
-    rmsnorm(pool_, last, final_norm_.data(), c_.rms_norm_eps, n_out, H, h_.data());
     logits.resize(size_t(n_out) * V);
-    const MatmulJob head[] = {{&w_->lm_head, logits.data()}};
-    matmul(pool_, kernels_, head, h_.data(), n_out);
+    rmsnorm_lm_head(cx, final_norm_, w_->lm_head, c_.rms_norm_eps, last, n_out, h_.data(), logits.data());
+  }
+
+  float* buffer(Buffer b) {
+    switch (b) {
+      case Buffer::X: return x_.data();
+      case Buffer::Q: return q_.data();
+      case Buffer::Att: return att_.data();
+      case Buffer::Act: return act_.data();
+    }
+    return nullptr;
   }
 
   void check(int n, int n_out) const {
@@ -197,14 +169,6 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // x += in W^T   for in: [n, W.cols()], x: [n, hidden].
-  void residual(const Tensor& w, const float* in, int n) {
-    h_.resize(size_t(n) * c_.hidden_size);
-    const MatmulJob job[] = {{&w, h_.data()}};
-    matmul(pool_, kernels_, job, in, n);
-    for (size_t i = 0; i < x_.size(); ++i) x_[i] += h_[i];
-  }
-
   std::shared_ptr<const ModelWeights> w_;
   const ModelConfig& c_;
   const Kernels& kernels_;
@@ -214,9 +178,10 @@ class CpuBackend final : public Backend {
   Rope rope_;
   Attention attention_;
   std::vector<float> final_norm_;
-  std::vector<SmallLayerWeights> small_;
+  const std::vector<Op>& step_;
+  std::vector<CpuLayer> layers_;
   // Activations of the current forward, [n, width].
-  std::vector<float> x_, h_, q_, att_, gate_, up_, hidden_;
+  std::vector<float> x_, h_, q_, att_, act_, up_, hidden_;
   bool keep_all_hidden_ = false;
 };
 

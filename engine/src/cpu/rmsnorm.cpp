@@ -1,19 +1,12 @@
 #include "cpu/rmsnorm.h"
 
-#include <cmath>
+#include "model/numerics.h"
 
 namespace runahead {
 
 void rmsnorm(ThreadPool& pool, const float* x, const float* w, float eps, int n, int h, float* y) {
   pool.for_range(n, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const float* xt = x + t * h;
-      float* yt = y + t * h;
-      double sum_sq = 0.0;
-      for (int i = 0; i < h; ++i) sum_sq += double(xt[i]) * xt[i];
-      const float scale = 1.0f / std::sqrt(float(sum_sq / h) + eps);
-      for (int i = 0; i < h; ++i) yt[i] = xt[i] * scale * w[i];
-    }
+    for (int64_t t = begin; t < end; ++t) rmsnorm_row(x + t * h, w, eps, h, y + t * h);
   });
 }
 

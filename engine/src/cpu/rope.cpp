@@ -1,23 +1,13 @@
 #include "cpu/rope.h"
 
-#include <cmath>
+#include "model/rope.h"
 
 namespace runahead {
 
-Rope::Rope(int head_dim, float theta, int positions)
-    : half_(head_dim / 2),
-      cos_(size_t(positions) * half_),
-      sin_(size_t(positions) * half_) {
-  for (int i = 0; i < half_; ++i) {
-    // The angle is rounded to f32 the way transformers computes it, so long positions
-    // turn by the same (slightly rounded) angle as the reference.
-    const float inv_freq = 1.0f / std::pow(theta, float(2 * i) / float(head_dim));
-    for (int p = 0; p < positions; ++p) {
-      const float angle = float(p) * inv_freq;
-      cos_[size_t(p) * half_ + i] = float(std::cos(double(angle)));
-      sin_[size_t(p) * half_ + i] = float(std::sin(double(angle)));
-    }
-  }
+Rope::Rope(const ModelConfig& c, int positions) : half_(c.head_dim / 2) {
+  RopeTables t = rope_tables(c, positions);
+  cos_ = std::move(t.cos);
+  sin_ = std::move(t.sin);
 }
 
 void Rope::apply(ThreadPool& pool, float* x, int n, int heads, int pos0) const {

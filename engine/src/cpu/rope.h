@@ -1,15 +1,16 @@
 #pragma once
 // Rotary position embedding, Hugging Face "rotate_half" convention: dimension i pairs
-// with i + d/2 and turns by pos * theta^(-2i/d).
+// with i + d/2 and turns by pos * inv_freq[i] (model/rope.h).
 #include <vector>
 
 #include "cpu/thread_pool.h"
+#include "model/config.h"
 
 namespace runahead {
 
 class Rope {
  public:
-  Rope(int head_dim, float theta, int positions);  // cos/sin table for [0, positions)
+  Rope(const ModelConfig& c, int positions);  // the angles of model/rope.h for [0, positions)
 
   // In place, for x: [n, heads, head_dim] whose token t sits at position pos0 + t:
   // (a, b) = (x[i], x[i + d/2]) -> (a cos - b sin, b cos + a sin).

@@ -12,11 +12,12 @@
 #include <map>
 #include <string>
 
-#include "cpu/half.h"
 #include "cuda/decode_step.h"
 #include "cuda/device_memory.h"
 #include "cuda/kernels.h"
 #include "model/error.h"
+#include "model/numerics.h"
+#include "model/rope.h"
 
 namespace runahead {
 
@@ -55,20 +56,13 @@ DeviceBuffer upload_rows(std::initializer_list<const Tensor*> parts) {
   return b;
 }
 
-float element(const Tensor& t, int64_t i) {
-  switch (t.dtype) {
-    case DType::F32: return static_cast<const float*>(t.data)[i];
-    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
-    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
-  }
-  return 0.0f;
-}
-
 // Small tensors (norms, biases) widened to f32 and stacked; empty tensors give no buffer.
 DeviceBuffer upload_f32(std::initializer_list<const Tensor*> parts) {
   std::vector<float> values;
-  for (const Tensor* t : parts)
-    for (int64_t i = 0; i < t->numel(); ++i) values.push_back(element(*t, i));
+  for (const Tensor* t : parts) {
+    const std::vector<float> v = widen(*t);
+    values.insert(values.end(), v.begin(), v.end());
+  }
   return values.empty() ? DeviceBuffer() : upload(values.data(), values.size() * sizeof(float));
 }
 
@@ -390,13 +384,13 @@ class CudaBackendImpl final : public CudaBackend {
     final_norm_ = upload_f32({&W.final_norm});
     for (const LayerWeights& l : W.layers) {
       DeviceLayer d;
-      d.wqkv = upload_rows({&l.wq, &l.wk, &l.wv});
-      if (!l.bq.empty()) d.bqkv = upload_f32({&l.bq, &l.bk, &l.bv});
-      d.wo = upload(l.wo.data, l.wo.nbytes());
-      d.w_gate_up = upload_rows({&l.w_gate, &l.w_up});
-      d.w_down = upload(l.w_down.data, l.w_down.nbytes());
-      d.attn_norm = upload_f32({&l.attn_norm});
-      d.mlp_norm = upload_f32({&l.mlp_norm});
+      d.wqkv = upload_rows({&l[Role::Wq], &l[Role::Wk], &l[Role::Wv]});
+      if (!l[Role::Bq].empty()) d.bqkv = upload_f32({&l[Role::Bq], &l[Role::Bk], &l[Role::Bv]});
+      d.wo = upload(l[Role::Wo].data, l[Role::Wo].nbytes());
+      d.w_gate_up = upload_rows({&l[Role::WGate], &l[Role::WUp]});
+      d.w_down = upload(l[Role::WDown].data, l[Role::WDown].nbytes());
+      d.attn_norm = upload_f32({&l[Role::AttnNorm]});
+      d.mlp_norm = upload_f32({&l[Role::MlpNorm]});
       layers_.push_back(std::move(d));
     }
   }
@@ -405,18 +399,9 @@ class CudaBackendImpl final : public CudaBackend {
     const int H = c_.hidden_size, I = c_.intermediate_size, V = c_.vocab_size, L = c_.num_layers;
     const int hd = c_.head_dim, qd = c_.num_heads * hd, kvd = c_.num_kv_heads * hd;
     const int qkv_rows = qd + 2 * kvd, rows = prefill_rows_;
-    // The RoPE angles are rounded to f32 as transformers rounds them (as the CPU backend does).
-    std::vector<float> cos_table(size_t(capacity_) * hd / 2), sin_table(cos_table.size());
-    for (int i = 0; i < hd / 2; ++i) {
-      const float inv_freq = 1.0f / std::pow(c_.rope_theta, float(2 * i) / float(hd));
-      for (int p = 0; p < capacity_; ++p) {
-        const float angle = float(p) * inv_freq;
-        cos_table[size_t(p) * hd / 2 + i] = float(std::cos(double(angle)));
-        sin_table[size_t(p) * hd / 2 + i] = float(std::sin(double(angle)));
-      }
-    }
-    rope_cos_ = upload(cos_table.data(), cos_table.size() * 4);
-    rope_sin_ = upload(sin_table.data(), sin_table.size() * 4);
+    const RopeTables rope = rope_tables(c_, capacity_);
+    rope_cos_ = upload(rope.cos.data(), rope.cos.size() * 4);
+    rope_sin_ = upload(rope.sin.data(), rope.sin.size() * 4);
     k_cache_ = DeviceBuffer(size_t(L) * capacity_ * kvd * 4);
     v_cache_ = DeviceBuffer(size_t(L) * capacity_ * kvd * 4);
     // Never-written cache rows are never read, but keep them finite for the memory checker.

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/arch.h"
 #include "model/json_file.h"
 #include "model/model_error.h"
 
@@ -12,7 +13,11 @@ namespace runahead {
 using nlohmann::json;
 
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> names = {"Qwen2ForCausalLM", "LlamaForCausalLM"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Architecture* a : architectures()) out.push_back(a->hf_name);
+    return out;
+  }();
   return names;
 }
 
@@ -99,7 +104,7 @@ class Fields {
   std::string prefix_;
 };
 
-std::string architecture_of(const Fields& f) {
+std::string architecture_name(const Fields& f) {
   const json* v = f.find("architectures");
   const std::string expected = "a list naming one of " + joined(supported_architectures());
   if (!v) f.fail("architectures", "is missing", expected);
@@ -113,20 +118,32 @@ std::string architecture_of(const Fields& f) {
          "one of " + joined(supported_architectures()));
 }
 
-// Only unscaled RoPE is implemented; a scaled model would silently compute wrong logits.
-// transformers 4 writes rope_theta and rope_scaling, transformers 5 writes rope_parameters.
-float rope_theta(const Fields& f) {
-  float theta = f.optional_positive("rope_theta", 10000.0f);
+// RoPE: unscaled, or Llama 3's "llama3" scaling; any other scaling would silently compute
+// wrong logits and is refused by name. transformers 4 writes rope_theta and rope_scaling,
+// transformers 5 writes rope_parameters.
+void read_rope(const Fields& f, ModelConfig& c) {
+  c.rope_theta = f.optional_positive("rope_theta", 10000.0f);
   for (const std::string name : {"rope_scaling", "rope_parameters"}) {
     const json* v = f.find(name);
     if (!v) continue;
-    const std::string expected = "null or an object with rope_type \"default\"";
+    const std::string expected = "null or an object with rope_type \"default\" or \"llama3\"";
     if (!v->is_object()) f.fail(name, "is " + Fields::describe(*v), expected);
     const json type = v->value("rope_type", v->value("type", json()));
-    if (type != "default") f.fail(name, "has rope type " + type.dump() + ", which is not supported", expected);
-    theta = f.nested(name, *v).optional_positive("rope_theta", theta);
+    const Fields scaling = f.nested(name, *v);
+    c.rope_theta = scaling.optional_positive("rope_theta", c.rope_theta);
+    if (type == "default") continue;
+    if (type != "llama3") f.fail(name, "has rope type " + type.dump() + ", which is not supported", expected);
+    RopeScaling& r = c.rope_scaling;
+    r.type = "llama3";
+    r.factor = scaling.optional_positive("factor", 0.0f);
+    r.low_freq_factor = scaling.optional_positive("low_freq_factor", 0.0f);
+    r.high_freq_factor = scaling.optional_positive("high_freq_factor", 0.0f);
+    r.original_max_positions = scaling.optional_int("original_max_position_embeddings", 0);
+    for (const char* field : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+      if (!scaling.find(field)) scaling.fail(field, "is missing", "a positive number (llama3 RoPE scaling)");
+    if (!(r.high_freq_factor > r.low_freq_factor))
+      scaling.fail("high_freq_factor", "is not above low_freq_factor", "high_freq_factor > low_freq_factor");
   }
-  return theta;
 }
 
 // Options that change the computation and that the engine does not implement.
@@ -161,8 +178,8 @@ ModelConfig parse_config(const json& j, const std::string& file) {
   if (!j.is_object()) model_error(file, "", "is a JSON " + std::string(j.type_name()), "a JSON object");
   const Fields f(j, file);
   ModelConfig c;
-  c.architecture = architecture_of(f);
-  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+  c.architecture = architecture_name(f);
+  const Architecture& arch = *find_architecture(c.architecture);
   c.vocab_size = f.required_int("vocab_size");
   c.hidden_size = f.required_int("hidden_size");
   c.intermediate_size = f.required_int("intermediate_size");
@@ -180,11 +197,11 @@ ModelConfig parse_config(const json& j, const std::string& file) {
   c.head_dim = f.optional_int("head_dim", c.hidden_size / c.num_heads);
   // transformers' defaults for configs that omit these.
   c.max_position_embeddings =
-      f.optional_int("max_position_embeddings", qwen2 ? 32768 : 2048, kMinPositionEmbeddings);
+      f.optional_int("max_position_embeddings", arch.default_max_positions, kMinPositionEmbeddings);
   c.rms_norm_eps = f.optional_positive("rms_norm_eps", 1e-6f);
-  c.rope_theta = rope_theta(f);
+  read_rope(f, c);
   c.tie_word_embeddings = f.optional_bool("tie_word_embeddings", false);
-  c.qkv_bias = qwen2 || f.optional_bool("attention_bias", false);
+  c.qkv_bias = arch.qkv_bias_always || f.optional_bool("attention_bias", false);
   c.torch_dtype = f.optional_string("torch_dtype");  // transformers 4; 5 writes "dtype"
   if (c.torch_dtype.empty()) c.torch_dtype = f.optional_string("dtype");
   c.bos_token_id = f.optional_int("bos_token_id", -1, 0);

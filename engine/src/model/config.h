@@ -11,8 +11,17 @@ namespace runahead {
 // The fewest positions a model must hold: a FIM prompt and a completion need more than that.
 inline constexpr int kMinPositionEmbeddings = 64;
 
+// RoPE frequency scaling. "default": none. "llama3" (Llama 3.1+): frequencies below
+// original_max_positions / low_freq_factor are divided by factor, those above
+// original_max_positions / high_freq_factor kept, and the ones between blended.
+struct RopeScaling {
+  std::string type = "default";
+  float factor = 1.0f, low_freq_factor = 1.0f, high_freq_factor = 4.0f;
+  int original_max_positions = 8192;
+};
+
 struct ModelConfig {
-  std::string architecture;  // "Qwen2ForCausalLM" or "LlamaForCausalLM"
+  std::string architecture;  // one of supported_architectures() (model/arch/)
   int vocab_size = 0;
   int hidden_size = 0;
   int intermediate_size = 0;
@@ -23,8 +32,9 @@ struct ModelConfig {
   int max_position_embeddings = 0;
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
+  RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;     // Qwen2: always; Llama: attention_bias
+  bool qkv_bias = false;     // Qwen2: always; Llama, Qwen3: attention_bias
   std::string torch_dtype;   // as declared; the tensors' own dtype wins
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;

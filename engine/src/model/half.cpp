@@ -1,4 +1,4 @@
-#include "cpu/half.h"
+#include "model/half.h"
 
 #include <cmath>
 

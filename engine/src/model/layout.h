@@ -1,6 +1,7 @@
 #pragma once
-// The tensors a Qwen2 / Llama decoder has: Hugging Face name, shape from the config,
-// and where each one goes in ModelWeights. Loading and random weights share this list.
+// The tensors a model binds: Hugging Face name, shape from the config, and where each one
+// goes in ModelWeights. The layer's tensors come from its architecture (model/arch/);
+// loading, random weights and drafter heads share this list.
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@ struct TensorSlot {
   Tensor* dst;                  // member of the ModelWeights the slots were made for
   int group;                    // 0: embedding, 1..L: layer, L+1: final norm and head
 };
+
+// The slots of one layer's tensors named `prefix` + the architecture's name ("model.layers.3.").
+std::vector<TensorSlot> layer_slots(const ModelConfig& c, const std::string& prefix, LayerWeights& l, int group);
 
 // The slots of w.config's architecture; resizes w.layers. lm_head is a slot only when untied.
 std::vector<TensorSlot> tensor_slots(ModelWeights& w);

@@ -1,5 +1,6 @@
 #pragma once
 // The weights of a decoder-only model, bound by role and shape-checked.
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -7,19 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "model/arch.h"
 #include "model/config.h"
 #include "model/tensor.h"
 
 namespace runahead {
 
+// One layer's tensors by role (model/arch.h); those its architecture or config leaves out
+// (biases, q/k norms) are empty. Each keeps its own storage format.
 struct LayerWeights {
-  Tensor attn_norm;               // [H]
-  Tensor wq, wk, wv;              // [nh*hd, H], [nkv*hd, H], [nkv*hd, H]
-  Tensor bq, bk, bv;              // biases (Qwen2), empty otherwise
-  Tensor wo;                      // [H, nh*hd]
-  Tensor mlp_norm;                // [H]
-  Tensor w_gate, w_up;            // [I, H]
-  Tensor w_down;                  // [H, I]
+  std::array<Tensor, size_t(Role::Count)> by_role;
+  const Tensor& operator[](Role r) const { return by_role[size_t(r)]; }
+  Tensor& operator[](Role r) { return by_role[size_t(r)]; }
 };
 
 struct ModelWeights {
@@ -28,7 +28,7 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   Tensor final_norm;              // [H]
   Tensor lm_head;                 // [V, H]; the same data as embed when tied
-  DType dtype = DType::BF16;      // dtype of the large matrices
+  DType dtype = DType::BF16;      // format of the embedding (the matrices share it today)
   int64_t parameters = 0;         // counted once even when tied
   size_t weight_bytes = 0;        // bytes one decode step reads (embed row excluded, lm_head included)
   std::string source;             // model folder, or "random:<shape>"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cpu/half.h"
+#include "model/half.h"
 #include "cpu/simd/make_kernels.h"
 
 namespace runahead {

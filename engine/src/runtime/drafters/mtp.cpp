@@ -4,39 +4,14 @@
 #include <cmath>
 #include <cstring>
 
-#include "cpu/half.h"
+#include "model/layout.h"
 #include "model/model_error.h"
+#include "model/numerics.h"
 #include "model/safetensors.h"
 
 namespace runahead {
 
 namespace {
-
-// dst[i] = t[offset + i] in f32.
-void widen(const Tensor& t, int64_t offset, int64_t count, float* dst) {
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t j = offset + i;
-    switch (t.dtype) {
-      case DType::F32: dst[i] = static_cast<const float*>(t.data)[j]; break;
-      case DType::F16: dst[i] = f16_to_f32(static_cast<const uint16_t*>(t.data)[j]); break;
-      case DType::BF16: dst[i] = bf16_to_f32(static_cast<const uint16_t*>(t.data)[j]); break;
-    }
-  }
-}
-
-std::vector<float> widen(const Tensor& t) {
-  std::vector<float> out(size_t(t.numel()));
-  widen(t, 0, t.numel(), out.data());
-  return out;
-}
-
-// y = x / sqrt(mean(x^2) + eps) * w   for x, y, w: [n].
-void rmsnorm(const float* x, const float* w, float eps, int n, float* y) {
-  double ss = 0;
-  for (int i = 0; i < n; ++i) ss += double(x[i]) * x[i];
-  const float scale = float(1.0 / std::sqrt(ss / n + eps));
-  for (int i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
-}
 
 struct MtpStorage {
   std::unique_ptr<MappedFile> file;
@@ -64,8 +39,7 @@ MtpWeights load_mtp(const std::filesystem::path& path, std::shared_ptr<const Mod
                 "{\"format\": \"runahead-mtp\", \"version\": \"1\"}");
 
   const ModelConfig& c = target->config;
-  const int64_t H = c.hidden_size, q_dim = int64_t(c.num_heads) * c.head_dim,
-                kv_dim = int64_t(c.num_kv_heads) * c.head_dim;
+  const int64_t H = c.hidden_size;
   auto find = [&](const std::string& name) -> const Tensor* {
     for (const Tensor& t : tensors)
       if (t.name == name) return &t;
@@ -99,21 +73,7 @@ MtpWeights load_mtp(const std::filesystem::path& path, std::shared_ptr<const Mod
   layer->config.num_layers = 1;
   layer->config.intermediate_size = int(I);
   LayerWeights l;
-  const std::string p = "mtp.layer.";
-  l.attn_norm = bind(p + "input_layernorm.weight", {H});
-  l.wq = bind(p + "self_attn.q_proj.weight", {q_dim, H});
-  l.wk = bind(p + "self_attn.k_proj.weight", {kv_dim, H});
-  l.wv = bind(p + "self_attn.v_proj.weight", {kv_dim, H});
-  if (c.qkv_bias) {
-    l.bq = bind(p + "self_attn.q_proj.bias", {q_dim});
-    l.bk = bind(p + "self_attn.k_proj.bias", {kv_dim});
-    l.bv = bind(p + "self_attn.v_proj.bias", {kv_dim});
-  }
-  l.wo = bind(p + "self_attn.o_proj.weight", {H, q_dim});
-  l.mlp_norm = bind(p + "post_attention_layernorm.weight", {H});
-  l.w_gate = bind(p + "mlp.gate_proj.weight", {I, H});
-  l.w_up = bind(p + "mlp.up_proj.weight", {I, H});
-  l.w_down = bind(p + "mlp.down_proj.weight", {H, I});
+  for (const TensorSlot& slot : layer_slots(layer->config, "mtp.layer.", l, 1)) *slot.dst = bind(slot.name, slot.shape);
   layer->layers.push_back(l);
   layer->final_norm = bind("mtp.final_norm.weight", {H});
   layer->embed = target->embed;
@@ -121,8 +81,9 @@ MtpWeights load_mtp(const std::filesystem::path& path, std::shared_ptr<const Mod
   layer->dtype = dtype;
   layer->source = file;
   for (const Tensor& t : tensors) layer->parameters += t.numel();
-  layer->weight_bytes = l.wq.nbytes() + l.wk.nbytes() + l.wv.nbytes() + l.wo.nbytes() + l.w_gate.nbytes() +
-                        l.w_up.nbytes() + l.w_down.nbytes() + target->lm_head.nbytes();
+  layer->weight_bytes = target->lm_head.nbytes();
+  for (const Tensor& t : l.by_role)
+    if (t.shape.size() == 2) layer->weight_bytes += t.nbytes();
   layer->storage = storage;
   w.layer = layer;
   return w;
@@ -153,8 +114,8 @@ void MtpDrafter::input(int32_t token, const float* h, float* x) {
   const float eps = target_->config.rms_norm_eps;
   eh_.resize(size_t(2 * H));
   widen(target_->embed, int64_t(token) * H, H, eh_.data());
-  rmsnorm(eh_.data(), w_.enorm.data(), eps, H, eh_.data());
-  rmsnorm(h, w_.hnorm.data(), eps, H, eh_.data() + H);
+  rmsnorm_row(eh_.data(), w_.enorm.data(), eps, H, eh_.data());
+  rmsnorm_row(h, w_.hnorm.data(), eps, H, eh_.data() + H);
   for (int r = 0; r < H; ++r) {
     const float* row = w_.eh_proj.data() + size_t(r) * size_t(2 * H);
     // Eight partial sums: independent chains the compiler can keep in vector registers.
