@@ -131,6 +131,7 @@ describe('Runahead agent features in a real editor (chat model, edit with instru
       await sleep(300);
       [prev, proposed] = [proposed, await copyProposed()];
     }
+    await wb.page.keyboard.press('Control+Home');
     log(`${label}: ${done} in ${ms} ms; proposed file ${JSON.stringify(proposed.slice(0, 300))}…`);
     await wb.screenshot(`${label}-diff`);
     return proposed;
