@@ -149,11 +149,15 @@ describe('Runahead UX in a real editor (walkthrough, snooze, per-language, error
     this.timeout(120_000);
     const machine = join(run.userData, 'Machine', 'settings.json');
     writeFileSync(machine, JSON.stringify({ 'runahead.modelPath': join(run.dir, 'no-such-model') }, null, 2));
+    // The status item's hover (the mouse rests there after the last test's click) would cover the toast.
+    await wb.page.mouse.move(600, 300);
+    await wb.page.keyboard.press('Escape');
     const toast = wb.page.locator('.notifications-toasts .notification-toast').filter({ hasText: 'Runahead:' }).first();
     await toast.waitFor({ timeout: 60_000 });
     const buttons = await toast.locator('.monaco-button').allTextContents();
     const status = await wb.waitForStatus(/no model|error/, 10_000);
     log(`notification: ${JSON.stringify(await toast.locator('.notification-list-item-message').textContent())}; buttons ${JSON.stringify(buttons)}; status ${JSON.stringify(status)}`);
+    await wb.page.mouse.move(600, 300);
     await wb.screenshot('bad-model-notification');
     for (const b of ['Select Model', 'Open Setting', 'Show Log']) assert.ok(buttons.some((t) => t.includes(b)), `no "${b}" button: ${JSON.stringify(buttons)}`);
     await sleep(3000);

@@ -84,6 +84,8 @@ const never = new AbortController().signal;
 
 /** Temperature of the second suggestion (Alt+]): different enough from greedy, still plausible. */
 const ALTERNATIVE_TEMPERATURE = 0.8;
+/** Samples tried for a second suggestion that differs from the first. */
+const ALTERNATIVE_TRIES = 3;
 /** How many places keep their second suggestion. */
 const ALTERNATIVES_KEPT = 32;
 
@@ -272,16 +274,21 @@ export class Completer {
       extra: input.context ?? [],
     };
     const key = JSON.stringify([place.uri, place.prefix, place.suffix]);
+    const differs = (t: string) => t.length > 0 && lead + t !== shown;
     let text = this.alternatives.get(key);
-    if (text === undefined) {
+    // A small model often samples the greedy text again: a few seeds, each bounded by the deadline.
+    for (let tries = 0; text === undefined && tries < ALTERNATIVE_TRIES; tries++) {
       const r = await this.generate(place, this.deps.settings(), input.signal ?? never, undefined, ALTERNATIVE_TEMPERATURE);
       if (!r?.ok) return undefined;
-      text = postprocess(r.text, filtersFor(place));
-      this.alternatives.set(key, text);
+      const sample = postprocess(r.text, filtersFor(place));
+      if (differs(sample)) text = sample;
+    }
+    if (!this.alternatives.has(key)) {
+      this.deps.log('info', text === undefined ? `second suggestion: ${ALTERNATIVE_TRIES} samples said what the first one says` : `second suggestion: ${text.length} chars`);
+      this.alternatives.set(key, text ?? '');
       if (this.alternatives.size > ALTERNATIVES_KEPT) this.alternatives.delete(this.alternatives.keys().next().value!);
     }
-    const full = text.length === 0 ? '' : lead + text;
-    return full.length > 0 && full !== shown ? full : undefined;
+    return text !== undefined && differs(text) ? lead + text : undefined;
   }
 
   /** Stops whatever runs (a request or a prefetch). */
