@@ -15,8 +15,14 @@ import { Workbench } from './workbench.mjs';
 const artifacts = join(repoRoot, 'test', 'artifacts', 'e2e', 'benchmark');
 const log = (msg) => console.log(`      ${msg}`);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-/** As the view formats a number (view.ts `fmt`). */
 const fmt = (x) => (typeof x !== 'number' || !Number.isFinite(x) ? '–' : x.toFixed(2));
+/** What a table cell should show for a JSON value: counts as integers, fractions as percentages, the rest with two decimals. */
+function shown(field, value) {
+  if (typeof value !== 'number') return value ?? '';
+  if (['prompt_tokens_reused', 'identical_to_plain.same'].includes(field)) return String(value);
+  if (['bound_fraction', 'exact_match'].includes(field)) return Number.isFinite(value) ? `${(100 * value).toFixed(0)} %` : '–';
+  return fmt(value);
+}
 
 describe('Benchmark from the command palette (code-server + headless Chromium)', function () {
   let tools;
@@ -25,7 +31,7 @@ describe('Benchmark from the command palette (code-server + headless Chromium)',
   let wb;
   /** What the page's frames logged: the webview's CSP violations and script errors land here. */
   const consoleErrors = [];
-  let webviewMessages = 0;
+  const webviewMessages = [];
 
   before(async function () {
     this.timeout(60 * 60_000);
@@ -41,7 +47,7 @@ describe('Benchmark from the command palette (code-server + headless Chromium)',
     server = await startCodeServer(tools, run);
     wb = await Workbench.launch(tools.playwright, { chromium: tools.chromium, profileDir: join(run.dir, 'chromium-profile'), artifacts, url: server.url });
     wb.page.on('console', (m) => {
-      if (/webview/.test(m.location().url)) webviewMessages++;
+      if (/webview/.test(m.location().url)) webviewMessages.push(`${m.type()}: ${m.text()}`);
       if (m.type() === 'error' && /Content.Security.Policy|Refused to|benchView|Uncaught/i.test(m.text())) consoleErrors.push(m.text());
     });
     wb.page.on('pageerror', (e) => consoleErrors.push(`pageerror: ${e.message}`));
@@ -56,7 +62,7 @@ describe('Benchmark from the command palette (code-server + headless Chromium)',
       if (existsSync(join(run.userData, 'logs'))) cpSync(join(run.userData, 'logs'), join(artifacts, 'logs'), { recursive: true });
       rmSync(run.dir, { recursive: true, force: true });
     }
-    log(`console messages from webview frames: ${webviewMessages}`);
+    log(`console of the webview frames: ${JSON.stringify(webviewMessages)}`);
     if (wb) log(`screenshots: ${wb.shots.map((s) => s.slice(repoRoot.length + 1)).join(' ')}`);
   });
 
@@ -126,7 +132,7 @@ describe('Benchmark from the command palette (code-server + headless Chromium)',
     for (const { config, field, text } of cells) {
       const row = fim.configurations.find((c) => c.configuration === config);
       const value = field.split('.').reduce((o, k) => o?.[k], row);
-      assert.equal(text, typeof value === 'number' ? fmt(value) : (value ?? ''), `${config} ${field}`);
+      assert.equal(text, shown(field, value), `${config} ${field}`);
     }
     log(`${cells.length} cells equal the JSON; off ${fmt(fim.configurations[0].ms_per_token.mean)} ms/token, lookup ${fmt(fim.configurations[1].ms_per_token.mean)} ms/token`);
     assert.deepEqual(consoleErrors, []);

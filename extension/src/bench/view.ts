@@ -42,7 +42,7 @@ style.textContent = `body{padding:0 20px;color:var(--vscode-foreground);font-fam
 .chart{position:relative;height:280px}
 table{border-collapse:collapse;margin:8px 0 16px}td,th{border-bottom:1px solid var(--vscode-widget-border,#8884);padding:3px 8px;text-align:right}
 td:first-child,th:first-child{text-align:left}.warn{background:var(--vscode-inputValidation-errorBackground);border:1px solid var(--vscode-inputValidation-errorBorder);padding:8px;font-weight:bold}
-.bar{display:flex;gap:8px;margin:12px 0}`;
+.bar{display:flex;gap:8px;margin:12px 0}.table{overflow-x:auto}`;
 document.head.appendChild(style);
 
 root.appendChild(el('h1', {}, 'Runahead benchmark'));
@@ -116,9 +116,15 @@ if (typing.length) {
   ], 'ms');
 }
 
-/** A table whose cells carry data-workload, data-config and data-field (the JSON path of the number). */
-function table(workload: string, header: [string, string][], rows: { configuration: string; error?: string }[], value: (row: never, field: string) => number | string | undefined): HTMLTableElement {
-  const t = el('table', { 'data-workload': workload });
+/** Counts show as integers, fractions as percentages, times and rates with two decimals. */
+const counts = new Set(['prompt_tokens_reused', 'identical_to_plain.same', 'keys', 'shown', 'from_engine', 'from_cache', 'from_prefetch']);
+const fractions = new Set(['bound_fraction', 'exact_match']);
+const cell = (field: string, v: number) => (counts.has(field) ? String(v) : fractions.has(field) ? (Number.isFinite(v) ? `${(100 * v).toFixed(0)} %` : '–') : fmt(v));
+
+/** A table (in a box that scrolls sideways when narrow) whose cells carry data-workload, data-config and data-field (the JSON path of the number). */
+function table(workload: string, header: [string, string][], rows: { configuration: string; error?: string }[], value: (row: never, field: string) => number | string | undefined): HTMLElement {
+  const box = el('div', { class: 'table' });
+  const t = box.appendChild(el('table', { 'data-workload': workload }));
   const head = el('tr');
   for (const [, label] of header) head.appendChild(el('th', {}, label));
   t.appendChild(head);
@@ -126,11 +132,11 @@ function table(workload: string, header: [string, string][], rows: { configurati
     const tr = el('tr');
     for (const [field] of header) {
       const v = field === 'configuration' ? r.configuration : r.error ? (field === header[1][0] ? `not run: ${r.error}` : '') : value(r as never, field);
-      tr.appendChild(el('td', { 'data-config': r.configuration, 'data-field': field }, typeof v === 'number' ? fmt(v) : (v ?? '')));
+      tr.appendChild(el('td', { 'data-config': r.configuration, 'data-field': field }, typeof v === 'number' ? cell(field, v) : (v ?? '')));
     }
     t.appendChild(tr);
   }
-  return t;
+  return box;
 }
 const get = (row: unknown, field: string): number | string | undefined => {
   const v = field.split('.').reduce<unknown>((o, k) => (o as Record<string, unknown> | undefined)?.[k], row);

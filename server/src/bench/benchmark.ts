@@ -321,7 +321,7 @@ export async function runBenchmark(params: BenchmarkParams, env: BenchmarkEnv): 
         warnings.push(`llama.cpp peer failed: ${peer.detail}`);
       }
     } else if (!params.peerEntry) {
-      peer.detail = `not installed: ${PEER_PACKAGE} was not found`;
+      peer.detail = `${PEER_PACKAGE} was not found`;
     } else {
       peer.status = 'not asked';
       peer.detail = doing.has('fim') ? 'the peer needs the local engine with speculation off' : 'the peer runs with the FIM workload';
