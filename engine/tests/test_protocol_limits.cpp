@@ -43,6 +43,15 @@ json generate(const std::string& id, std::vector<int> prompt, int max_tokens) {
 
 }  // namespace
 
+TEST_CASE("protocol limits: a model or draft path with a NUL byte is bad_request naming the field") {
+  RequestError e = request_error(R"({"type":"load","id":1,"model":"/tmp/m\u0000/../etc"})");
+  CHECK(e.code == "bad_request");
+  CHECK(e.field == "model");
+  CHECK(std::string(e.what()).find("NUL") != std::string::npos);
+  e = request_error(R"({"type":"load","id":1,"model":"/tmp/m","options":{"draft_model":"d\u0000"}})");
+  CHECK(e.field == "options.draft_model");
+}
+
 TEST_CASE("protocol limits: unknown keys in options, params or the request are bad_request naming the key") {
   RequestError e = request_error(R"({"type":"load","id":1,"model":"m","options":{"speculaton":"off"}})");
   CHECK(e.code == "bad_request");

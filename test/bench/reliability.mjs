@@ -155,7 +155,7 @@ async function sample() {
   await sleep(200);
   const { server: mem } = await conn.sendRequest('runahead/stats');
   const s = await conn.sendRequest('runahead/status');
-  return { heap: mem.heapUsed, rss: mem.rss, pid: s.pid, engineRss: s.pid ? vmRss(s.pid) : undefined };
+  return { heap: mem.heapUsed, rss: mem.rss, external: mem.external, pid: s.pid, engineRss: s.pid ? vmRss(s.pid) : undefined };
 }
 
 // Each engine process is measured from its own warm-up to its last sample before a fault (or the end).
@@ -226,6 +226,7 @@ for (const [until, step] of [...plan, [total, 'end']]) {
     }
   }
   const s = await sample();
+  console.log(`  ${step} at ${i.value}: server heap ${mb(s.heap)}, external ${mb(s.external)}, RSS ${mb(s.rss)}; engine pid ${s.pid ?? '-'} RSS ${s.engineRss ? mb(s.engineRss) : '-'}`);
   end = s;
   if (step === 'warm') base = s;
   if (step.startsWith('warm')) engineBase = s;

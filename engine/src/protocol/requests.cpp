@@ -62,9 +62,17 @@ const TypeName& parse_type(const json& request) {
                     "hello, ping, load, generate, cancel, stats, unload or shutdown");
 }
 
+// A file system path: a C string would end at a NUL and name another path (the audit saw "/etc").
+std::string as_path(const json& v, const std::string& field) {
+  std::string path = as_string(v, field);
+  if (path.find('\0') != std::string::npos)
+    throw EngineError("bad_request", field + ": the path contains a NUL byte", {}, field, "a path without NUL bytes");
+  return path;
+}
+
 LoadRequest parse_load(const json& request) {
   LoadRequest load;
-  load.model = as_string(required_field(request, "model", "model"), "model");
+  load.model = as_path(required_field(request, "model", "model"), "model");
   if (load.model.empty()) throw EngineError("bad_request", "model: empty", {}, "model", "a model folder or random:<shape>");
   const json* options = optional_field(request, "options");
   if (!options) return load;
@@ -96,7 +104,7 @@ LoadRequest parse_load(const json& request) {
   if (const json* v = optional_field(*options, "max_draft"))
     speculation.max_draft = static_cast<int>(as_int(*v, "options.max_draft", 1, 32));
   if (const json* v = optional_field(*options, "draft_model"))
-    speculation.draft_model = as_string(*v, "options.draft_model");
+    speculation.draft_model = as_path(*v, "options.draft_model");
   if (const json* v = optional_field(*options, "adaptive_depth")) {
     if (!v->is_boolean())
       throw EngineError("bad_request", "options.adaptive_depth: expected true or false", {}, "options.adaptive_depth",

@@ -9,6 +9,8 @@
 //   expect   code: regex of the error code (default model_error)
 //            names: text the message must contain (the file, or the option)
 //            field: regex the error's `field` must match (absent: not checked)
+//            capped: true for an option the engine caps instead of refusing: the load
+//            succeeds, a report warning names the option, and a generation completes
 //   server   what the server's status must say: state regex (default error) and
 //            names (default expect.names); false where the server cannot be
 //            driven into it (load options the server never sends)
@@ -20,7 +22,7 @@ export interface BadModelCase {
   steps?: Step[];
   options?: Record<string, unknown>;
   path?: string;
-  expect: { code?: string; names: string; field?: string };
+  expect: { code?: string; names: string; field?: string; capped?: boolean };
   server?: { state?: string; names?: string } | false;
 }
 
@@ -141,8 +143,9 @@ export const cases: BadModelCase[] = [
 
   // load options (the server never sends these)
   { name: 'unknown load option speculaton', options: { speculaton: 'lookup' }, expect: { code: 'bad_request', names: 'speculaton', field: 'speculaton' }, server: false },
-  { name: 'context_length 2^31-1', options: { context_length: MAX_INT }, expect: { code: 'bad_request|model_error', names: 'context_length', field: 'context_length' }, server: false },
-  { name: 'threads 1024', options: { threads: 1024 }, expect: { code: 'bad_request', names: 'threads', field: 'threads' }, server: false },
+  // Capped at the model's maximum and at the CPUs the process may use, with a warning (issue 18).
+  { name: 'context_length 2^31-1', options: { context_length: MAX_INT }, expect: { names: 'context_length', capped: true }, server: false },
+  { name: 'threads 1024', options: { threads: 1024 }, expect: { names: 'threads', capped: true }, server: false },
   { name: 'max_draft 1000', options: { max_draft: 1000 }, expect: { code: 'bad_request', names: 'max_draft', field: 'max_draft' }, server: false },
 
   // the model path itself

@@ -19,6 +19,8 @@ export interface EngineMessage {
 export interface EngineOutcome {
   /** The final message of the load, or of the generate when the load succeeded. */
   final?: EngineMessage;
+  /** The load's report, when it loaded. */
+  report?: { warnings?: string[]; [key: string]: unknown };
   /** What went wrong with the process: "no answer to load within 5000 ms", "killed by SIGSEGV", ... */
   problems: string[];
   /** Answered a ping after the error, or exited with status 0. */
@@ -131,6 +133,7 @@ export async function driveEngine(model: string, options: Record<string, unknown
   const finalOf = (id: string) => (m: EngineMessage) => m.id === id && ['loaded', 'done', 'error'].includes(m.type);
 
   let final: EngineMessage | undefined;
+  let report: EngineOutcome['report'];
   let survived = false;
   let peakRssBytes: number | undefined;
   try {
@@ -139,6 +142,7 @@ export async function driveEngine(model: string, options: Record<string, unknown
       send({ type: 'load', id: 'l', model, options });
       final = await waitFor(finalOf('l'), 'answer to load');
       if (final?.type === 'loaded') {
+        report = final.report as EngineOutcome['report'];
         send({ type: 'generate', id: 'g', prompt: [1, 2, 3], params: { max_tokens: 4 } });
         final = await waitFor(finalOf('g'), 'answer to generate');
       }
@@ -166,7 +170,7 @@ export async function driveEngine(model: string, options: Record<string, unknown
       child.kill('SIGKILL');
     }
   }
-  return { final, problems, survived, peakRssBytes, ms: performance.now() - t0, stderr };
+  return { final, report, problems, survived, peakRssBytes, ms: performance.now() - t0, stderr };
 }
 
 export interface ServerOutcome {
