@@ -6,13 +6,10 @@
 // rewrite from them several tokens per step.
 import * as vscode from 'vscode';
 import type { LanguageClient } from 'vscode-languageclient/node';
-import type { ChatMessage } from '../../../server/src/chat/types';
+import { editMessages, rewriteOf } from '../../../server/src/chat/editPrompt';
 import type { ChatStreams } from './provider';
 
 const SCHEME = 'runahead-edit';
-/** Characters of the file around the selection that go into the prompt. */
-const FILE_CONTEXT_CHARS = 12_000;
-
 interface PendingEdit {
   doc: vscode.TextDocument;
   version: number;
@@ -21,31 +18,6 @@ interface PendingEdit {
   proposed: vscode.Uri;
   text: string;
   done: boolean;
-}
-
-/** The prompt of an edit: the file, the selection and the instruction. */
-export function editMessages(file: string, languageId: string, before: string, selection: string, after: string, instruction: string): ChatMessage[] {
-  const head = before.slice(-FILE_CONTEXT_CHARS / 2);
-  const tail = after.slice(0, FILE_CONTEXT_CHARS / 2);
-  return [
-    { role: 'system', content: 'You edit code. Reply with the rewritten selection only: no explanation, no code fences, the same indentation as the original.' },
-    {
-      role: 'user',
-      content: `File ${file} (${languageId}):\n${head}<selection>\n${selection}\n</selection>${tail}\n\nThe selection:\n${selection}\n\nInstruction: ${instruction}\nRewrite the selection.`,
-    },
-  ];
-}
-
-/** A reply without the code fences an instruct model may add anyway. */
-export function unfence(text: string): string {
-  const m = /^\s*```[\w+-]*\n([\s\S]*?)\n?```\s*$/.exec(text);
-  return m ? m[1] : text.replace(/^\s*```[\w+-]*\n/, '');
-}
-
-/** The reply as the selection's replacement: unfenced, and ending in a newline where the selection did (whole lines selected). */
-export function rewriteOf(selection: string, reply: string): string {
-  const text = unfence(reply);
-  return selection.endsWith('\n') && text && !text.endsWith('\n') ? `${text}\n` : text;
 }
 
 export class EditWithInstruction implements vscode.TextDocumentContentProvider {
