@@ -111,6 +111,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   void warnIgnoredPathSettings();
   let running: string | undefined;
 
+  // The server and the status both report an error: each distinct one is written once, repeats counted.
+  const errors = new ErrorOnce();
   const serverModule = context.asAbsolutePath(path.join('dist', 'server.js'));
   const serverOptions: ServerOptions = {
     run: { module: serverModule, transport: TransportKind.ipc },
@@ -119,7 +121,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
     initializationOptions: { settings: settings() },
-    outputChannel: log,
+    outputChannel: errorsOnce(log, errors),
     middleware: {
       // While snoozed, typing asks nothing; an explicit request (Alt+\) still completes.
       provideInlineCompletionItems: (document, position, ctx, token, next) =>
@@ -133,7 +135,6 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     await client?.sendNotification(REMOTE_API_KEY_NOTIFICATION, { apiKey } satisfies RemoteApiKeyParams);
   };
   let shownProblem: string | undefined;
-  const errors = new ErrorOnce();
   context.subscriptions.push(
     client.onNotification('runahead/status', (s: ServerStatus) => {
       lastStatus = s;
@@ -204,6 +205,17 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   registerChat(context, client, log);
   registerBenchmark(context, client);
   await sendApiKey();
+}
+
+/** The log as the language client writes to it, with an error already written dropped (ErrorOnce counts it). */
+function errorsOnce(log: vscode.LogOutputChannel, errors: ErrorOnce): vscode.LogOutputChannel {
+  return new Proxy(log, {
+    get(target, prop) {
+      if (prop === 'error') return (message: string | Error, ...args: unknown[]) => (typeof message !== 'string' || errors.first(message) ? target.error(message, ...args) : undefined);
+      const value: unknown = Reflect.get(target, prop);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
 }
 
 /** A remote server's problem (wrong URL, refused connection, key, model, endpoint) as a notification with the way out. */
