@@ -12,7 +12,11 @@
 #   cp -r /usr/share/cmake/nlohmann_json .devdeps/share/cmake/ && cp -r /usr/lib/cmake/doctest .devdeps/lib/cmake/
 #   sed -i 's|set(_IMPORT_PREFIX "/usr")|get_filename_component(_IMPORT_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)|' \
 #     .devdeps/lib/cmake/doctest/doctestTargets.cmake
-# Switches: SHAPES, PER_OP_COMPARE, DEMO, NCU, SKIP_SANITIZER, ALL_TESTS (see below).
+# Switches: SHAPES, PER_OP_COMPARE, DEMO, NCU, SKIP_SANITIZER, ALL_TESTS, GOLDENS, BASE (see below).
+# GOLDENS=1 first writes the transformers goldens of the newer architectures (qwen3, llama3) into
+# test/fixtures/models/ with test/fixtures/make_fixtures.py --only (they come back in $OUT/fixtures/).
+# BASE=<commit> (e.g. BASE=HEAD~3) also builds that commit (git worktree, in $BUILD-base) and runs
+# its decode bench interleaved with this tree's, shape by shape: bench-compare.txt.
 set -u
 OUT=${OUT:-$PWD/cuda-out}
 mkdir -p "$OUT"
@@ -34,12 +38,24 @@ if [ -z "$(find /usr/local/cuda*/ -name 'libcublasLt.so*' 2>/dev/null | head -1)
   done
 fi
 cmake -S engine -B "$BUILD" "${ARGS[@]}" > "$OUT/build.txt" 2>&1 &&
-  ninja -C "$BUILD" -j16 runahead-engine engine-tests >> "$OUT/build.txt" 2>&1
+  ninja -C "$BUILD" -j16 runahead-engine engine-tests engine-ops-parity >> "$OUT/build.txt" 2>&1
 status=$?
 log "build: exit $status (${ARGS[*]}; the bench's \"prefill GEMM\" line says whether cuBLASLt is in)"
 if [ $status -ne 0 ]; then grep -E "error|Error" "$OUT/build.txt" | head -40; exit 1; fi
 ENGINE=$BUILD/runahead-engine
 TESTS=$BUILD/engine-tests
+
+if [ "${GOLDENS:-0}" = 1 ]; then
+  python3 test/fixtures/make_fixtures.py test/fixtures/models --only qwen3-tiny-bf16,llama3-scaled-f32 \
+    > "$OUT/goldens.txt" 2>&1
+  log "goldens (qwen3, llama3): exit $? -- $(tail -2 "$OUT/goldens.txt" | tr '\n' ' ')"
+  mkdir -p "$OUT/fixtures" && cp -r test/fixtures/models/qwen3-tiny-bf16 test/fixtures/models/llama3-scaled-f32 "$OUT/fixtures/"
+fi
+
+# The op parity program: every op on the CPU and CUDA against a double reference (op x backend table).
+timeout 300 "$BUILD/engine-ops-parity" > "$OUT/parity.txt" 2>&1
+log "ops parity: exit $? -- $(tail -1 "$OUT/parity.txt")"
+sed -n '/^op x backend/,$p' "$OUT/parity.txt"
 
 timeout ${TEST_TIMEOUT:-180} "$TESTS" -tc="cuda*" > "$OUT/tests.txt" 2>&1
 log "cuda tests: exit $? -- $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/tests.txt" | tr '\n' ' ')"
@@ -54,6 +70,25 @@ for shape in $SHAPES; do
   log "bench $shape: exit $? -- $(grep -E '^decode' "$OUT/bench-$shape.txt")"
   cat "$OUT/bench-$shape.txt"
 done
+# Side by side with a base commit: both engines, the same shapes, interleaved runs (A B A B).
+if [ -n "${BASE:-}" ]; then
+  git worktree add -f /tmp/engine-base "$BASE" > "$OUT/base-build.txt" 2>&1
+  cmake -S /tmp/engine-base/engine -B "$BUILD-base" "${ARGS[@]}" -DRUNAHEAD_TESTS=OFF >> "$OUT/base-build.txt" 2>&1 &&
+    ninja -C "$BUILD-base" -j16 runahead-engine >> "$OUT/base-build.txt" 2>&1
+  log "base $BASE ($(git rev-parse --short "$BASE")) build: exit $?"
+  for shape in $SHAPES; do
+    for round in 1 2 3; do
+      for side in base this; do
+        bin=$ENGINE; [ $side = base ] && bin=$BUILD-base/runahead-engine
+        timeout 120 "$bin" bench --backend cuda --random-shape "$shape" --ctx 512 --tokens 256 --prefill 0 \
+          --reps 100 2>&1 | grep -E "^decode" | sed "s/^/$shape round $round $side: /" >> "$OUT/bench-compare.txt"
+      done
+    done
+  done
+  cat "$OUT/bench-compare.txt" | tee -a "$OUT/summary.txt"
+  git worktree remove --force /tmp/engine-base
+fi
+
 if [ "${PER_OP_COMPARE:-1}" = 1 ]; then
   for shape in $SHAPES; do
     RUNAHEAD_CUDA_PERSISTENT=0 timeout 60 "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx 512 \

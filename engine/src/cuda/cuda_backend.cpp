@@ -15,6 +15,7 @@
 #include "cuda/decode_step.h"
 #include "cuda/device_memory.h"
 #include "cuda/kernels.h"
+#include "model/arch/llama.h"
 #include "model/error.h"
 #include "model/numerics.h"
 #include "model/rope.h"
@@ -66,8 +67,15 @@ DeviceBuffer upload_f32(std::initializer_list<const Tensor*> parts) {
   return values.empty() ? DeviceBuffer() : upload(values.data(), values.size() * sizeof(float));
 }
 
+// One layer on the device: q/k/v and gate/up stacked by rows for the fused kernels.
 struct DeviceLayer {
   DeviceBuffer wqkv, bqkv, wo, w_gate_up, w_down, attn_norm, mlp_norm;
+  // The matrix a MatmulResidual op names.
+  const void* matrix(Role r) const {
+    if (r == Role::Wo) return wo.get();
+    if (r == Role::WDown) return w_down.get();
+    throw EngineError("unsupported", std::string("the CUDA backend keeps no matrix ") + role_name(r) + " for matmul_residual");
+  }
 };
 
 enum class StepMode { Logits, Greedy, Sample };
@@ -75,7 +83,7 @@ enum class StepMode { Logits, Greedy, Sample };
 class CudaBackendImpl final : public CudaBackend {
  public:
   CudaBackendImpl(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options)
-      : w_(std::move(weights)), c_(w_->config) {
+      : w_(std::move(weights)), c_(w_->config), step_(architecture_of(c_).step) {
     if (!cuda_available()) throw EngineError("cuda_error", "no CUDA device is available");
     check_cuda(cudaSetDevice(0), "cudaSetDevice");
     cudaDeviceProp prop{};
@@ -252,24 +260,26 @@ class CudaBackendImpl final : public CudaBackend {
     const int L = c_.num_layers, H = c_.hidden_size, I = c_.intermediate_size;
     const int qd = c_.num_heads * c_.head_dim, kvd = c_.num_kv_heads * c_.head_dim;
     struct Family {
-      const char* name;
+      std::string name;
       std::function<void()> enqueue;
       double bytes;
     };
-    const std::vector<Family> families = {
-        {"embedding_lookup", [&] { enqueue_embedding(1); }, double(H) * es},
-        {"rmsnorm_qkv_rope_append", [&] { for (int l = 0; l < L; ++l) enqueue_qkv(l, 1); },
-         double(L) * (qd + 2 * kvd) * H * es},
-        {"attention_decode", [&] { for (int l = 0; l < L; ++l) enqueue_attention(l, 1); },
-         double(L) * 2 * kv_len_ * kvd * 4},
-        {"matvec_residual_add (o_proj)", [&] { for (int l = 0; l < L; ++l) enqueue_o_proj(l, 1); },
-         double(L) * H * qd * es},
-        {"rmsnorm_gate_up_swiglu", [&] { for (int l = 0; l < L; ++l) enqueue_gate_up(l, 1); },
-         double(L) * 2 * I * H * es},
-        {"matvec_residual_add (down)", [&] { for (int l = 0; l < L; ++l) enqueue_down(l, 1); },
-         double(L) * H * I * es},
-        {"rmsnorm_lm_head_argmax", [&] { enqueue_head(0, 1, StepEnd{}); }, double(c_.vocab_size) * H * es},
-    };
+    // One family per op of the layer, its launches for every layer together.
+    std::vector<Family> families = {{"embedding_lookup", [&] { enqueue_embedding(1); }, double(H) * es}};
+    for (const Op& op : step_) {
+      double bytes = 0;
+      switch (op.kind) {
+        case OpKind::RmsnormQkvRopeAppend: bytes = double(qd + 2 * kvd) * H * es; break;
+        case OpKind::Attention: bytes = 2.0 * kv_len_ * kvd * 4; break;
+        case OpKind::MatmulResidual: bytes = double(w_->layers[0][op.weight].numel()) * es; break;
+        case OpKind::RmsnormGateUpSwiglu: bytes = 2.0 * I * H * es; break;
+      }
+      const std::string name = std::string(op_name(op.kind)) +
+                               (op.kind == OpKind::MatmulResidual ? std::string(" (") + role_name(op.weight) + ")" : "");
+      families.push_back({name, [this, op, L] { for (int l = 0; l < L; ++l) enqueue_op(op, l, 1); },
+                          double(L) * bytes});
+    }
+    families.push_back({"rmsnorm_lm_head_argmax", [&] { enqueue_head(0, 1, StepEnd{}); }, double(c_.vocab_size) * H * es});
     nlohmann::json out = nlohmann::json::array();
     for (const Family& f : families) {
       GraphExec g = capture(f.enqueue);
@@ -375,6 +385,9 @@ class CudaBackendImpl final : public CudaBackend {
          "hidden, intermediate and attention widths divisible by " + std::to_string(E));
     need(c_.hidden_size % 2 == 0 && c_.vocab_size % 2 == 0, "even hidden and vocabulary sizes");
     need(hd % 4 == 0 && hd <= 128 && 128 % (hd / 4) == 0, "a head_dim of 8, 16, 32, 64 or 128");
+    // Ops whose parts these kernels do not implement: refused by name, never skipped.
+    need(w_->layers.empty() || w_->layers[0][Role::QNorm].empty(),
+         "no per-head q/k RMSNorm (rmsnorm_qkv_rope_append with q_norm/k_norm, as " + c_.architecture + " has)");
   }
 
   void upload_weights() {
@@ -495,6 +508,8 @@ class CudaBackendImpl final : public CudaBackend {
     const char* env = std::getenv("RUNAHEAD_CUDA_PERSISTENT");
     if (env && std::string(env) == "0") {
       step_plan_.refused = "RUNAHEAD_CUDA_PERSISTENT unset or 1";
+    } else if (step_ != llama_step()) {  // its phases are Llama's layer, fixed in the kernel
+      step_plan_.refused = "a layer of Llama's ops (model/arch/llama.cpp)";
     } else {
       int device = 0;
       check_cuda(cudaGetDevice(&device), "cudaGetDevice");
@@ -625,10 +640,6 @@ class CudaBackendImpl final : public CudaBackend {
   void enqueue_attention(int l, int n) {
     attention_decode(attention_args(l), q_.get<float>(), n, pos_d_.get<int>(), att_.get<float>(), stream_);
   }
-  void enqueue_o_proj(int l, int n) {
-    matvec_residual_add(layers_[l].wo.get(), w_->dtype, c_.hidden_size, c_.num_heads * c_.head_dim,
-                        att_.get<float>(), n, x_.get<float>(), sms_, stream_);
-  }
   void enqueue_gate_up(int l, int n) {
     const DeviceLayer& d = layers_[l];
     const size_t half = size_t(c_.intermediate_size) * c_.hidden_size * dtype_size(w_->dtype);
@@ -636,10 +647,34 @@ class CudaBackendImpl final : public CudaBackend {
                            c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
                            act_.get<float>(), sms_, stream_);
   }
-  void enqueue_down(int l, int n) {
-    matvec_residual_add(layers_[l].w_down.get(), w_->dtype, c_.hidden_size, c_.intermediate_size,
-                        act_.get<float>(), n, x_.get<float>(), sms_, stream_);
+  // x += in W^T for the layer's matrix `role` (o_proj or down).
+  void enqueue_matmul_residual(int l, Role role, const float* in, int n) {
+    const Tensor& w = w_->layers[l][role];
+    matvec_residual_add(layers_[l].matrix(role), w_->dtype, int(w.rows()), int(w.cols()), in, n, x_.get<float>(),
+                        sms_, stream_);
   }
+
+  float* buffer(Buffer b) const {
+    switch (b) {
+      case Buffer::X: return x_.get<float>();
+      case Buffer::Q: return q_.get<float>();
+      case Buffer::Att: return att_.get<float>();
+      case Buffer::Act: return act_.get<float>();
+    }
+    return nullptr;
+  }
+
+  // One op of the model's layer (model/arch/) on the matrix-vector path. The fused kernels
+  // read and write the buffers the architecture names for them: x, q, att, act.
+  void enqueue_op(const Op& op, int l, int n) {
+    switch (op.kind) {
+      case OpKind::RmsnormQkvRopeAppend: enqueue_qkv(l, n); break;
+      case OpKind::Attention: enqueue_attention(l, n); break;
+      case OpKind::MatmulResidual: enqueue_matmul_residual(l, op.weight, buffer(op.in), n); break;
+      case OpKind::RmsnormGateUpSwiglu: enqueue_gate_up(l, n); break;
+    }
+  }
+
   // Final norm + lm_head + argmax of `rows` rows of x starting at row `first`.
   void enqueue_head(int first, int rows, const StepEnd& end) {
     LmHead a;
@@ -662,13 +697,8 @@ class CudaBackendImpl final : public CudaBackend {
     const bool one_kernel = n == 1 && n_out == 1 && persistent_step();
     if (!one_kernel) {
       enqueue_embedding(n);
-      for (int l = 0; l < c_.num_layers; ++l) {
-        enqueue_qkv(l, n);
-        enqueue_attention(l, n);
-        enqueue_o_proj(l, n);
-        enqueue_gate_up(l, n);
-        enqueue_down(l, n);
-      }
+      for (int l = 0; l < c_.num_layers; ++l)
+        for (const Op& op : step_) enqueue_op(op, l, n);
     }
     int* pos = pos_d_.get<int>();
     if (n_out == 0) {
@@ -707,16 +737,30 @@ class CudaBackendImpl final : public CudaBackend {
     if (other) enqueue_embedding(n);
     for (int l = 0; l < c_.num_layers; ++l) {
       const DeviceLayer& d = layers_[l];
-      if (other) rmsnorm_to_bf16(x, d.attn_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
-      if (gemm) gemm_bf16(h, d.wqkv.get(), n, qkv_rows, H, qkv_.get<float>(), false, stream_);
-      if (other) bias_rope_append(qkv_args(l), qkv_.get<float>(), n, pos, q_.get<float>(), stream_);
-      if (attention) attention_prefill(attention_args(l), q_.get<float>(), n, pos, att_.get<float>(), stream_);
-      if (other) to_bf16(att_.get<float>(), size_t(n) * qd, h, stream_);
-      if (gemm) gemm_bf16(h, d.wo.get(), n, H, qd, x, true, stream_);
-      if (other) rmsnorm_to_bf16(x, d.mlp_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
-      if (gemm) gemm_bf16_to_bf16(h, d.w_gate_up.get(), n, 2 * I, H, gate_up_.get(), stream_);  // bf16: half the bytes
-      if (other) swiglu_to_bf16(gate_up_.get(), n, I, h, stream_);
-      if (gemm) gemm_bf16(h, d.w_down.get(), n, H, I, x, true, stream_);
+      for (const Op& op : step_) {
+        switch (op.kind) {
+          case OpKind::RmsnormQkvRopeAppend:
+            if (other) rmsnorm_to_bf16(x, d.attn_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
+            if (gemm) gemm_bf16(h, d.wqkv.get(), n, qkv_rows, H, qkv_.get<float>(), false, stream_);
+            if (other) bias_rope_append(qkv_args(l), qkv_.get<float>(), n, pos, q_.get<float>(), stream_);
+            break;
+          case OpKind::Attention:
+            if (attention) attention_prefill(attention_args(l), q_.get<float>(), n, pos, att_.get<float>(), stream_);
+            break;
+          case OpKind::MatmulResidual: {
+            const Tensor& w = w_->layers[l][op.weight];
+            // swiglu_to_bf16 left act in h already; any other input is converted here.
+            if (other && op.in != Buffer::Act) to_bf16(buffer(op.in), size_t(n) * w.cols(), h, stream_);
+            if (gemm) gemm_bf16(h, d.matrix(op.weight), n, int(w.rows()), int(w.cols()), x, true, stream_);
+            break;
+          }
+          case OpKind::RmsnormGateUpSwiglu:
+            if (other) rmsnorm_to_bf16(x, d.mlp_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
+            if (gemm) gemm_bf16_to_bf16(h, d.w_gate_up.get(), n, 2 * I, H, gate_up_.get(), stream_);  // bf16: half the bytes
+            if (other) swiglu_to_bf16(gate_up_.get(), n, I, h, stream_);
+            break;
+        }
+      }
     }
   }
 
@@ -769,6 +813,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   std::shared_ptr<const ModelWeights> w_;
   const ModelConfig& c_;
+  const std::vector<Op>& step_;  // the ops of one layer (model/arch/)
   std::string device_name_;
   int sms_ = 0;
   int capacity_ = 0;

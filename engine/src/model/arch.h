@@ -52,6 +52,7 @@ struct Op {
   OpKind kind;
   Buffer in, out;
   Role weight = Role::Count;
+  bool operator==(const Op&) const = default;
 };
 
 struct Architecture {

@@ -1,0 +1,183 @@
+#include "parity/ops_cuda.h"
+
+#ifdef RUNAHEAD_CUDA
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "cuda/check.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/device_memory.h"
+#include "cuda/kernels.h"
+#include "model/numerics.h"
+#include "model/rope.h"
+#endif
+
+namespace runahead::parity {
+
+#ifndef RUNAHEAD_CUDA
+bool cuda_present() { return false; }
+Run cuda_embedding_lookup(const Tensor&, const std::vector<int32_t>&) { return {}; }
+Run cuda_rmsnorm_lm_head(const Tensor&, const Tensor&, const std::vector<float>&, int) { return {}; }
+Run cuda_rmsnorm_qkv_rope_append(const LayerWeights&, const ModelConfig&, const std::vector<float>&, int, int) {
+  return {};
+}
+Run cuda_attention(int, int, int, const std::vector<float>&, const std::vector<float>&, const std::vector<float>&, int,
+                   int) {
+  return {};
+}
+Run cuda_matmul_residual(const Tensor&, const std::vector<float>&, const std::vector<float>&, int) { return {}; }
+Run cuda_rmsnorm_gate_up_swiglu(const LayerWeights&, const std::vector<float>&, int) { return {}; }
+#else
+namespace {
+
+using namespace cuda;
+constexpr int kSms = 132;
+
+std::shared_ptr<DeviceBuffer> up(const void* data, size_t bytes) {
+  auto b = std::make_shared<DeviceBuffer>(bytes);
+  check_cuda(cudaMemcpy(b->get(), data, bytes, cudaMemcpyHostToDevice), "parity upload");
+  return b;
+}
+template <class T>
+std::shared_ptr<DeviceBuffer> up(const std::vector<T>& v) { return up(v.data(), v.size() * sizeof(T)); }
+std::shared_ptr<DeviceBuffer> up(const Tensor& t) { return up(t.data, t.nbytes()); }
+std::shared_ptr<DeviceBuffer> up_rows(std::initializer_list<const Tensor*> parts) {
+  std::vector<char> bytes;
+  for (const Tensor* t : parts) bytes.insert(bytes.end(), (const char*)t->data, (const char*)t->data + t->nbytes());
+  return up(bytes);
+}
+std::shared_ptr<DeviceBuffer> zeros(size_t bytes) {
+  auto b = std::make_shared<DeviceBuffer>(bytes);
+  check_cuda(cudaMemset(b->get(), 0, bytes), "parity memset");
+  return b;
+}
+std::vector<float> down(const DeviceBuffer& b, size_t floats, size_t offset = 0) {
+  check_cuda(cudaDeviceSynchronize(), "parity op");
+  std::vector<float> out(floats);
+  check_cuda(cudaMemcpy(out.data(), b.get<float>() + offset, floats * 4, cudaMemcpyDeviceToHost), "parity download");
+  return out;
+}
+
+}  // namespace
+
+bool cuda_present() { return cuda_available(); }
+
+Run cuda_embedding_lookup(const Tensor& embed, const std::vector<int32_t>& tokens) {
+  return [&embed, tokens] {
+    const int n = int(tokens.size()), H = int(embed.cols());
+    auto e = up(embed), t = up(tokens), x = zeros(size_t(n) * H * 4);
+    embedding_lookup(e->get(), embed.dtype, H, t->get<int32_t>(), n, x->get<float>(), nullptr);
+    return down(*x, size_t(n) * H);
+  };
+}
+
+Run cuda_rmsnorm_lm_head(const Tensor& w, const Tensor& norm, const std::vector<float>& x, int n) {
+  return [&w, &norm, x, n] {
+    const int V = int(w.rows()), H = int(w.cols());
+    auto wd = up(w), nd = up(widen(norm)), xd = up(x), logits = zeros(size_t(n) * V * 4);
+    auto partial = zeros(size_t(2) * n * lm_head_blocks(V, kSms) * 4), counter = zeros(sizeof(int));
+    LmHead a;
+    a.w = wd->get();
+    a.dtype = w.dtype;
+    a.norm = nd->get<float>();
+    a.eps = 1e-6f;
+    a.hidden = H;
+    a.vocab = V;
+    a.partial = partial->get<float>();
+    a.counter = counter->get<int>();
+    rmsnorm_lm_head_argmax(a, xd->get<float>(), n, logits->get<float>(), StepEnd{}, kSms, nullptr);
+    return down(*logits, size_t(n) * V);
+  };
+}
+
+Run cuda_rmsnorm_qkv_rope_append(const LayerWeights& l, const ModelConfig& c, const std::vector<float>& x, int n,
+                                 int pos0) {
+  if (!l[Role::QNorm].empty() || n > kMaxVecTokens) return {};  // no q/k norm on CUDA; prefill: gemm path
+  return [&l, c, x, n, pos0] {
+    const int hd = c.head_dim, qd = c.num_heads * hd, kvd = c.num_kv_heads * hd, cap = pos0 + n;
+    const RopeTables rope = rope_tables(c, cap);
+    auto w = up_rows({&l[Role::Wq], &l[Role::Wk], &l[Role::Wv]});
+    std::shared_ptr<DeviceBuffer> bias;
+    if (!l[Role::Bq].empty()) {
+      std::vector<float> b = widen(l[Role::Bq]), bk = widen(l[Role::Bk]), bv = widen(l[Role::Bv]);
+      b.insert(b.end(), bk.begin(), bk.end());
+      b.insert(b.end(), bv.begin(), bv.end());
+      bias = up(b);
+    }
+    auto norm = up(widen(l[Role::AttnNorm])), cs = up(rope.cos), sn = up(rope.sin), xd = up(x);
+    auto kc = zeros(size_t(cap) * kvd * 4), vc = zeros(size_t(cap) * kvd * 4), q = zeros(size_t(n) * qd * 4);
+    auto pos = up(std::vector<int>{pos0});
+    QkvRope a;
+    a.w = w->get();
+    a.dtype = l[Role::Wq].dtype;
+    a.bias = bias ? bias->get<float>() : nullptr;
+    a.norm = norm->get<float>();
+    a.eps = c.rms_norm_eps;
+    a.rope_cos = cs->get<float>();
+    a.rope_sin = sn->get<float>();
+    a.hidden = c.hidden_size;
+    a.heads = c.num_heads;
+    a.kv_heads = c.num_kv_heads;
+    a.head_dim = hd;
+    a.k_cache = kc->get<float>();
+    a.v_cache = vc->get<float>();
+    rmsnorm_qkv_rope_append(a, xd->get<float>(), n, pos->get<int>(), q->get<float>(), kSms, nullptr);
+    std::vector<float> out = down(*q, size_t(n) * qd), k = down(*kc, size_t(n) * kvd, size_t(pos0) * kvd),
+                       v = down(*vc, size_t(n) * kvd, size_t(pos0) * kvd);
+    out.insert(out.end(), k.begin(), k.end());
+    out.insert(out.end(), v.begin(), v.end());
+    return out;
+  };
+}
+
+Run cuda_attention(int heads, int kv_heads, int head_dim, const std::vector<float>& q, const std::vector<float>& k,
+                   const std::vector<float>& v, int n, int past) {
+  return [=] {
+    const int len = past + n;
+    auto qd = up(q), kd = up(k), vd = up(v), out = zeros(size_t(n) * heads * head_dim * 4);
+    auto pos = up(std::vector<int>{past});
+    DecodeAttention a;
+    a.heads = heads;
+    a.kv_heads = kv_heads;
+    a.head_dim = head_dim;
+    a.capacity = len;
+    a.splits = attention_splits(heads, kSms);
+    auto partial = zeros(attention_partial_floats(heads, head_dim, a.splits) * 4);
+    auto counters = zeros(size_t(kMaxVecTokens) * heads * sizeof(int));
+    a.k_cache = kd->get<float>();
+    a.v_cache = vd->get<float>();
+    a.partial = partial->get<float>();
+    a.counters = counters->get<int>();
+    if (n <= kMaxVecTokens)
+      attention_decode(a, qd->get<float>(), n, pos->get<int>(), out->get<float>(), nullptr);
+    else
+      attention_prefill(a, qd->get<float>(), n, pos->get<int>(), out->get<float>(), nullptr);
+    return down(*out, size_t(n) * heads * head_dim);
+  };
+}
+
+Run cuda_matmul_residual(const Tensor& w, const std::vector<float>& in, const std::vector<float>& x, int n) {
+  if (n > kMaxVecTokens) return {};  // prefill runs gemm_bf16 (test_cuda_prefill)
+  return [&w, in, x, n] {
+    auto wd = up(w), ind = up(in), xd = up(x);
+    matvec_residual_add(wd->get(), w.dtype, int(w.rows()), int(w.cols()), ind->get<float>(), n, xd->get<float>(),
+                        kSms, nullptr);
+    return down(*xd, x.size());
+  };
+}
+
+Run cuda_rmsnorm_gate_up_swiglu(const LayerWeights& l, const std::vector<float>& x, int n) {
+  if (n > kMaxVecTokens) return {};
+  return [&l, x, n] {
+    const int I = int(l[Role::WGate].rows()), H = int(l[Role::WGate].cols());
+    auto g = up(l[Role::WGate]), u = up(l[Role::WUp]), norm = up(widen(l[Role::MlpNorm])), xd = up(x);
+    auto act = zeros(size_t(n) * I * 4);
+    rmsnorm_gate_up_swiglu(g->get(), u->get(), l[Role::WGate].dtype, norm->get<float>(), 1e-6f, H, I,
+                           xd->get<float>(), n, act->get<float>(), kSms, nullptr);
+    return down(*act, size_t(n) * I);
+  };
+}
+#endif
+
+}  // namespace runahead::parity
