@@ -83,7 +83,7 @@ enum class StepMode { Logits, Greedy, Sample };
 class CudaBackendImpl final : public CudaBackend {
  public:
   CudaBackendImpl(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options)
-      : w_(std::move(weights)), c_(w_->config), step_(architecture_of(c_).step) {
+      : w_(std::move(weights)), c_(w_->config), layer_ops_(architecture_of(c_).step) {
     if (!cuda_available()) throw EngineError("cuda_error", "no CUDA device is available");
     check_cuda(cudaSetDevice(0), "cudaSetDevice");
     cudaDeviceProp prop{};
@@ -266,7 +266,7 @@ class CudaBackendImpl final : public CudaBackend {
     };
     // One family per op of the layer, its launches for every layer together.
     std::vector<Family> families = {{"embedding_lookup", [&] { enqueue_embedding(1); }, double(H) * es}};
-    for (const Op& op : step_) {
+    for (const Op& op : layer_ops_) {
       double bytes = 0;
       switch (op.kind) {
         case OpKind::RmsnormQkvRopeAppend: bytes = double(qd + 2 * kvd) * H * es; break;
@@ -508,7 +508,7 @@ class CudaBackendImpl final : public CudaBackend {
     const char* env = std::getenv("RUNAHEAD_CUDA_PERSISTENT");
     if (env && std::string(env) == "0") {
       step_plan_.refused = "RUNAHEAD_CUDA_PERSISTENT unset or 1";
-    } else if (step_ != llama_step()) {  // its phases are Llama's layer, fixed in the kernel
+    } else if (layer_ops_ != llama_step()) {  // its phases are Llama's layer, fixed in the kernel
       step_plan_.refused = "a layer of Llama's ops (model/arch/llama.cpp)";
     } else {
       int device = 0;
@@ -698,7 +698,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (!one_kernel) {
       enqueue_embedding(n);
       for (int l = 0; l < c_.num_layers; ++l)
-        for (const Op& op : step_) enqueue_op(op, l, n);
+        for (const Op& op : layer_ops_) enqueue_op(op, l, n);
     }
     int* pos = pos_d_.get<int>();
     if (n_out == 0) {
@@ -737,7 +737,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (other) enqueue_embedding(n);
     for (int l = 0; l < c_.num_layers; ++l) {
       const DeviceLayer& d = layers_[l];
-      for (const Op& op : step_) {
+      for (const Op& op : layer_ops_) {
         switch (op.kind) {
           case OpKind::RmsnormQkvRopeAppend:
             if (other) rmsnorm_to_bf16(x, d.attn_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
@@ -813,7 +813,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   std::shared_ptr<const ModelWeights> w_;
   const ModelConfig& c_;
-  const std::vector<Op>& step_;  // the ops of one layer (model/arch/)
+  const std::vector<Op>& layer_ops_;  // the ops of one layer (model/arch/)
   std::string device_name_;
   int sms_ = 0;
   int capacity_ = 0;
