@@ -2,6 +2,7 @@
 // the user types exactly what it predicted, without asking the engine. Also
 // holds prefetched completions (see prefetch.ts) keyed by the prefix that
 // accepting a completion produces.
+import { detach } from './detach';
 
 interface Entry {
   uri: string;
@@ -30,7 +31,7 @@ export class CompletionCache {
 
   put(uri: string, prefix: string, suffix: string, completion: string, source = 'engine'): void {
     if (completion.length === 0) return;
-    const entry = { uri, prefixLen: prefix.length, prefixTail: prefix.slice(-TAIL), suffixHead: suffix.slice(0, SUFFIX_HEAD), completion, source };
+    const entry = { uri, prefixLen: prefix.length, prefixTail: detach(prefix.slice(-TAIL)), suffixHead: detach(suffix.slice(0, SUFFIX_HEAD)), completion, source };
     this.entries = this.entries.filter((e) => !(e.uri === uri && e.prefixLen === entry.prefixLen && e.prefixTail === entry.prefixTail));
     this.entries.push(entry);
     if (this.entries.length > this.capacity) this.entries.shift();

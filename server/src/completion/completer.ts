@@ -4,6 +4,7 @@
 //   → post-process → cache, metrics, prefetch of the next one.
 // It knows nothing of LSP: text and offsets in, text, offsets and metrics out.
 // Each stage is its own module; this file only wires them.
+import { createHash } from 'node:crypto';
 import { follow } from '../abort';
 import type { Log } from '../log';
 import type { CompletionMetrics } from '../metrics';
@@ -273,7 +274,8 @@ export class Completer {
       repoName: input.repoName,
       extra: input.context ?? [],
     };
-    const key = JSON.stringify([place.uri, place.prefix, place.suffix]);
+    // A digest, not the text: each kept entry would otherwise hold a copy of the whole document.
+    const key = createHash('sha256').update(JSON.stringify([place.uri, place.prefix, place.suffix])).digest('base64');
     const differs = (t: string) => t.length > 0 && lead + t !== shown;
     let text = this.alternatives.get(key);
     // A small model often samples the greedy text again: a few seeds, each bounded by the deadline.

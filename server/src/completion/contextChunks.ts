@@ -3,6 +3,7 @@
 // and new chunks go at the end, so the order is stable and the prompt's head
 // (and the engine's prefix cache) stays the same while the user types.
 import type { ContextFile } from './fim';
+import { detach } from './detach';
 
 export interface Chunk extends ContextFile {
   uri: string;
@@ -51,8 +52,7 @@ export function linesAround(text: string, line: number, count: number): string {
   const first = Math.max(0, Math.min(line - Math.floor(count / 2), lines - count));
   const begin = lineStart(text, first);
   const end = lineStart(text, first + count, begin, first);
-  const chunk = text.slice(begin, Math.min(end - (end > begin && text[end - 1] === '\n' ? 1 : 0), begin + CHUNK_CHARS));
-  return chunk;
+  return detach(text.slice(begin, Math.min(end - (end > begin && text[end - 1] === '\n' ? 1 : 0), begin + CHUNK_CHARS)));
 }
 
 export class RecentChunks {

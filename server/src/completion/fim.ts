@@ -9,6 +9,7 @@
 // yields to the event loop every few KB, so the server keeps answering
 // (runahead/status, cancellations) while it builds a prompt.
 import type { SpecialTokens, FimOrder } from '../model/modelInfo';
+import { detach } from './detach';
 
 export interface Encoder {
   encode(text: string): number[];
@@ -243,7 +244,7 @@ export class FimBuilder {
         this.lineCounts.clear();
         this.lineCountChars = 0;
       }
-      this.lineCounts.set(line, n);
+      this.lineCounts.set(detach(line), n);
       this.lineCountChars += line.length;
       this.unyielded += line.length;
       if (this.unyielded > PIECE_CHARS) {
