@@ -15,8 +15,8 @@
 # Switches: SHAPES, PER_OP_COMPARE, DEMO, NCU, SKIP_SANITIZER, ALL_TESTS, GOLDENS, BASE (see below).
 # GOLDENS=1 first writes the transformers goldens of the newer architectures (qwen3, llama3) into
 # test/fixtures/models/ with test/fixtures/make_fixtures.py --only (they come back in $OUT/fixtures/).
-# BASE=<commit> (e.g. BASE=HEAD~3) also builds that commit (git worktree, in $BUILD-base) and runs
-# its decode bench interleaved with this tree's, shape by shape: bench-compare.txt.
+# BASE=<commit> (e.g. BASE=HEAD~3) also builds that commit (git worktree, or BASE_SRC below, in $BUILD-base)
+# and runs its decode bench interleaved with this tree's, shape by shape: bench-compare.txt.
 set -u
 OUT=${OUT:-$PWD/cuda-out}
 mkdir -p "$OUT"
@@ -71,11 +71,15 @@ for shape in $SHAPES; do
   cat "$OUT/bench-$shape.txt"
 done
 # Side by side with a base commit: both engines, the same shapes, interleaved runs (A B A B).
+# A machine without the repository's history takes BASE_SRC instead: a folder holding the base
+# commit's engine/, made here with `git archive BASE engine/CMakeLists.txt engine/src engine/bench | tar -x -C .base`
+# and carried (BASE_SRC=.base, BASE names the commit for the log).
 if [ -n "${BASE:-}" ]; then
-  git worktree add -f /tmp/engine-base "$BASE" > "$OUT/base-build.txt" 2>&1
-  cmake -S /tmp/engine-base/engine -B "$BUILD-base" "${ARGS[@]}" -DRUNAHEAD_TESTS=OFF >> "$OUT/base-build.txt" 2>&1 &&
+  if [ -n "${BASE_SRC:-}" ]; then BASE_TREE=$ROOT/$BASE_SRC; else
+    BASE_TREE=/tmp/engine-base; git worktree add -f "$BASE_TREE" "$BASE" > "$OUT/base-build.txt" 2>&1; fi
+  cmake -S "$BASE_TREE"/engine -B "$BUILD-base" "${ARGS[@]}" -DRUNAHEAD_TESTS=OFF >> "$OUT/base-build.txt" 2>&1 &&
     ninja -C "$BUILD-base" -j16 runahead-engine >> "$OUT/base-build.txt" 2>&1
-  log "base $BASE ($(git rev-parse --short "$BASE")) build: exit $?"
+  log "base $BASE build: exit $?"
   for shape in $SHAPES; do
     for round in 1 2 3; do
       for side in base this; do
@@ -86,7 +90,7 @@ if [ -n "${BASE:-}" ]; then
     done
   done
   cat "$OUT/bench-compare.txt" | tee -a "$OUT/summary.txt"
-  git worktree remove --force /tmp/engine-base
+  [ -z "${BASE_SRC:-}" ] && git worktree remove --force "$BASE_TREE"
 fi
 
 if [ "${PER_OP_COMPARE:-1}" = 1 ]; then
