@@ -60,8 +60,8 @@ GgufWriter qwen2_file(bool tied = true, const std::string& arch = "qwen2") {
   w.u32(arch + ".attention.head_count_kv", 2);
   w.f32(arch + ".rope.freq_base", 1000000.0f);
   w.f32(arch + ".attention.layer_norm_rms_epsilon", 1e-6f);
-  w.u32("tokenizer.ggml.bos_token_id", 151643);
-  w.u32("tokenizer.ggml.eos_token_id", 151643);
+  w.u32("tokenizer.ggml.bos_token_id", 99);
+  w.u32("tokenizer.ggml.eos_token_id", 99);
   auto f32 = [&](const std::string& name, std::vector<uint64_t> dims) {
     uint64_t n = 4;
     for (uint64_t d : dims) n *= d;
@@ -284,8 +284,8 @@ TEST_CASE("gguf: qwen2 hyper-parameters equal those of the same model's config.j
                                           {"rope_theta", 1000000.0},
                                           {"tie_word_embeddings", true},
                                           {"torch_dtype", "float32"},
-                                          {"bos_token_id", 151643},
-                                          {"eos_token_id", 151643}},
+                                          {"bos_token_id", 99},
+                                          {"eos_token_id", 99}},
                                      "config.json");
   CHECK(c.architecture == j.architecture);
   CHECK(c.vocab_size == j.vocab_size);

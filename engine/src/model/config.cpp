@@ -163,12 +163,17 @@ void check_unsupported_options(const Fields& f) {
     f.fail("mlp_bias", "is true: MLP biases are not supported", "false");
 }
 
-std::vector<int> eos_ids(const Fields& f) {
+// Ids past the vocabulary could never be produced: the model would never stop by itself.
+std::vector<int> eos_ids(const Fields& f, int vocab_size) {
   const json* v = f.find("eos_token_id");
   if (!v) return {};
-  if (!v->is_array()) return {f.integer("eos_token_id", *v, 0)};
   std::vector<int> ids;
-  for (const json& id : *v) ids.push_back(f.integer("eos_token_id", id, 0));
+  for (const json& id : v->is_array() ? *v : json::array({*v})) {
+    ids.push_back(f.integer("eos_token_id", id, 0));
+    if (ids.back() >= vocab_size)
+      f.fail("eos_token_id", "is " + std::to_string(ids.back()) + ", past vocab_size " + std::to_string(vocab_size),
+             "token ids below vocab_size");
+  }
   return ids;
 }
 
@@ -205,7 +210,7 @@ ModelConfig parse_config(const json& j, const std::string& file) {
   c.torch_dtype = f.optional_string("torch_dtype");  // transformers 4; 5 writes "dtype"
   if (c.torch_dtype.empty()) c.torch_dtype = f.optional_string("dtype");
   c.bos_token_id = f.optional_int("bos_token_id", -1, 0);
-  c.eos_token_ids = eos_ids(f);
+  c.eos_token_ids = eos_ids(f, c.vocab_size);
   check_unsupported_options(f);
   return c;
 }

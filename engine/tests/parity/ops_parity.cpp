@@ -56,6 +56,7 @@ struct Case {
   std::vector<double> expected;
   std::function<std::vector<float>()> cpu;
   std::function<std::vector<float>()> cuda;  // empty: this build has no CUDA implementation
+  double cuda_tolerance = 0;                  // 0: the same as `tolerance`
 };
 
 // Worst |got - expected| over the largest |expected|.
@@ -239,6 +240,8 @@ void add_attention_cases(Context& ctx, std::vector<Case>& cases) {
       std::snprintf(extra, sizeof extra, " past %d", past);
       c.shape = describe(s, n, extra);
       c.tolerance = 2e-5;
+      // Past 8 tokens CUDA runs the flash-attention prefill: Q.K and P.V in bf16 on tensor cores.
+      if (n > 8) c.cuda_tolerance = 1e-2;
       c.expected = std::move(expected);
       c.cpu = [&ctx, q, k, v, s, n, past, len] {
         const int kvd = s.kv_heads * s.head_dim;
@@ -380,7 +383,7 @@ int main() {
         ++failures;
       } else {
         const double e = relative_error(c.cuda(), c.expected);
-        const bool ok = e <= std::max(c.tolerance, 1e-7);
+        const bool ok = e <= std::max(c.cuda_tolerance > 0 ? c.cuda_tolerance : c.tolerance, 1e-7);
         (ok ? table[c.op].second.pass : table[c.op].second.fail)++;
         char b[32];
         std::snprintf(b, sizeof b, "%.1e%s", e, ok ? "" : " FAIL");
