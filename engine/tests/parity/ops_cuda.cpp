@@ -9,6 +9,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/device_memory.h"
 #include "cuda/kernels.h"
+#include "model/half.h"
 #include "model/numerics.h"
 #include "model/rope.h"
 #endif
@@ -58,6 +59,15 @@ std::vector<float> down(const DeviceBuffer& b, size_t floats, size_t offset = 0)
   check_cuda(cudaMemcpy(out.data(), b.get<float>() + offset, floats * 4, cudaMemcpyDeviceToHost), "parity download");
   return out;
 }
+// `count` bf16 values, widened.
+std::vector<float> down_bf16(const DeviceBuffer& b, size_t count) {
+  check_cuda(cudaDeviceSynchronize(), "parity op");
+  std::vector<uint16_t> bits(count);
+  check_cuda(cudaMemcpy(bits.data(), b.get(), count * 2, cudaMemcpyDeviceToHost), "parity download");
+  std::vector<float> out(count);
+  for (size_t i = 0; i < count; ++i) out[i] = bf16_to_f32(bits[i]);
+  return out;
+}
 
 }  // namespace
 
@@ -93,7 +103,7 @@ Run cuda_rmsnorm_lm_head(const Tensor& w, const Tensor& norm, const std::vector<
 
 Run cuda_rmsnorm_qkv_rope_append(const LayerWeights& l, const ModelConfig& c, const std::vector<float>& x, int n,
                                  int pos0) {
-  if (!l[Role::QNorm].empty() || n > kMaxVecTokens) return {};  // no q/k norm on CUDA; prefill: gemm path
+  if (!l[Role::QNorm].empty()) return {};  // CUDA has no q/k norm kernel
   return [&l, c, x, n, pos0] {
     const int hd = c.head_dim, qd = c.num_heads * hd, kvd = c.num_kv_heads * hd, cap = pos0 + n;
     const RopeTables rope = rope_tables(c, cap);
@@ -122,7 +132,14 @@ Run cuda_rmsnorm_qkv_rope_append(const LayerWeights& l, const ModelConfig& c, co
     a.head_dim = hd;
     a.k_cache = kc->get<float>();
     a.v_cache = vc->get<float>();
-    rmsnorm_qkv_rope_append(a, xd->get<float>(), n, pos->get<int>(), q->get<float>(), kSms, nullptr);
+    if (n <= kMaxVecTokens) {
+      rmsnorm_qkv_rope_append(a, xd->get<float>(), n, pos->get<int>(), q->get<float>(), kSms, nullptr);
+    } else {  // as CudaBackend::enqueue_prefill_layers: bf16 rmsnorm, tensor-core GEMM, then bias + RoPE + append
+      auto h = zeros(size_t(n) * c.hidden_size * 2), qkv = zeros(size_t(n) * (qd + 2 * kvd) * 4);
+      rmsnorm_to_bf16(xd->get<float>(), a.norm, a.eps, n, c.hidden_size, h->get(), nullptr);
+      gemm_bf16(h->get(), a.w, n, qd + 2 * kvd, c.hidden_size, qkv->get<float>(), false, nullptr);
+      bias_rope_append(a, qkv->get<float>(), n, pos->get<int>(), q->get<float>(), nullptr);
+    }
     std::vector<float> out = down(*q, size_t(n) * qd), k = down(*kc, size_t(n) * kvd, size_t(pos0) * kvd),
                        v = down(*vc, size_t(n) * kvd, size_t(pos0) * kvd);
     out.insert(out.end(), k.begin(), k.end());
@@ -158,20 +175,33 @@ Run cuda_attention(int heads, int kv_heads, int head_dim, const std::vector<floa
 }
 
 Run cuda_matmul_residual(const Tensor& w, const std::vector<float>& in, const std::vector<float>& x, int n) {
-  if (n > kMaxVecTokens) return {};  // prefill runs gemm_bf16 (test_cuda_prefill)
   return [&w, in, x, n] {
+    const int rows = int(w.rows()), K = int(w.cols());
     auto wd = up(w), ind = up(in), xd = up(x);
-    matvec_residual_add(wd->get(), w.dtype, int(w.rows()), int(w.cols()), ind->get<float>(), n, xd->get<float>(),
-                        kSms, nullptr);
+    if (n <= kMaxVecTokens) {
+      matvec_residual_add(wd->get(), w.dtype, rows, K, ind->get<float>(), n, xd->get<float>(), kSms, nullptr);
+    } else {  // as the prefill: the input to bf16, then x += in W^T on tensor cores
+      auto h = zeros(size_t(n) * K * 2);
+      to_bf16(ind->get<float>(), size_t(n) * K, h->get(), nullptr);
+      gemm_bf16(h->get(), wd->get(), n, rows, K, xd->get<float>(), true, nullptr);
+    }
     return down(*xd, x.size());
   };
 }
 
 Run cuda_rmsnorm_gate_up_swiglu(const LayerWeights& l, const std::vector<float>& x, int n) {
-  if (n > kMaxVecTokens) return {};
   return [&l, x, n] {
     const int I = int(l[Role::WGate].rows()), H = int(l[Role::WGate].cols());
-    auto g = up(l[Role::WGate]), u = up(l[Role::WUp]), norm = up(widen(l[Role::MlpNorm])), xd = up(x);
+    auto norm = up(widen(l[Role::MlpNorm])), xd = up(x);
+    if (n > kMaxVecTokens) {  // as the prefill: bf16 rmsnorm, one [gate; up] GEMM to bf16, swiglu to bf16
+      auto gu_w = up_rows({&l[Role::WGate], &l[Role::WUp]});
+      auto h = zeros(size_t(n) * H * 2), gu = zeros(size_t(n) * 2 * I * 2), act = zeros(size_t(n) * I * 2);
+      rmsnorm_to_bf16(xd->get<float>(), norm->get<float>(), 1e-6f, n, H, h->get(), nullptr);
+      gemm_bf16_to_bf16(h->get(), gu_w->get(), n, 2 * I, H, gu->get(), nullptr);
+      swiglu_to_bf16(gu->get(), n, I, act->get(), nullptr);
+      return down_bf16(*act, size_t(n) * I);
+    }
+    auto g = up(l[Role::WGate]), u = up(l[Role::WUp]);
     auto act = zeros(size_t(n) * I * 4);
     rmsnorm_gate_up_swiglu(g->get(), u->get(), l[Role::WGate].dtype, norm->get<float>(), 1e-6f, H, I,
                            xd->get<float>(), n, act->get<float>(), kSms, nullptr);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <map>
 #include <random>
@@ -189,6 +190,8 @@ void add_qkv_cases(Context& ctx, std::vector<Case>& cases) {
           k.op = "rmsnorm_qkv_rope_append";
           k.shape = describe(s, n, bias ? " bias" : qk_norm ? " q/k norm" : "");
           k.tolerance = 2e-5;
+          // Past 8 tokens CUDA runs the prefill: rmsnorm to bf16, then the bf16 tensor-core GEMM.
+          if (n > 8) k.cuda_tolerance = 1e-2;
           k.expected = std::move(expected);
           k.cpu = [&ctx, layer, keep, x, s, n, c, pos0] {
             const Rope rope_table(c, pos0 + n);
@@ -260,7 +263,7 @@ void add_attention_cases(Context& ctx, std::vector<Case>& cases) {
 
 void add_matmul_cases(Context& ctx, std::vector<Case>& cases) {
   std::mt19937 rng(9);
-  for (const auto [rows, K] : {std::pair{64, 136}, std::pair{200, 72}, std::pair{136, 1000}})
+  for (const auto [rows, K] : {std::pair{64, 136}, std::pair{200, 72}, std::pair{136, 1000}, std::pair{136, 256}})
     for (int n : {1, 5, 70}) {
       auto w = std::make_shared<Weight>(random_weight({rows, K}, 0, 0.1f, rng));
       auto in = std::make_shared<std::vector<float>>(random_floats(size_t(n) * K, 1.0f, rng));
@@ -274,6 +277,8 @@ void add_matmul_cases(Context& ctx, std::vector<Case>& cases) {
       c.op = "matmul_residual";
       c.shape = "W " + std::to_string(rows) + "x" + std::to_string(K) + " n " + std::to_string(n);
       c.tolerance = 2e-5;
+      // Past 8 tokens CUDA runs the prefill: the input to bf16, then the bf16 tensor-core GEMM.
+      if (n > 8) c.cuda_tolerance = 1e-2;
       c.expected = std::move(expected);
       c.cpu = [&ctx, w, in, x, n, rows] {
         std::vector<float> out = *x, tmp(size_t(n) * rows);
@@ -287,7 +292,7 @@ void add_matmul_cases(Context& ctx, std::vector<Case>& cases) {
 
 void add_mlp_cases(Context& ctx, std::vector<Case>& cases) {
   std::mt19937 rng(11);
-  for (const auto [H, I] : {std::pair{64, 136}, std::pair{200, 344}})
+  for (const auto [H, I] : {std::pair{64, 136}, std::pair{200, 344}, std::pair{256, 344}})
     for (int n : {1, 5, 70}) {
       auto layer = std::make_shared<LayerWeights>();
       auto keep = std::make_shared<std::vector<Weight>>();
@@ -309,6 +314,8 @@ void add_mlp_cases(Context& ctx, std::vector<Case>& cases) {
       c.op = "rmsnorm_gate_up_swiglu";
       c.shape = "H " + std::to_string(H) + " I " + std::to_string(I) + " n " + std::to_string(n);
       c.tolerance = 2e-5;
+      // Past 8 tokens CUDA runs the prefill: bf16 rmsnorm, bf16 tensor-core GEMM, bf16 activations.
+      if (n > 8) c.cuda_tolerance = 1e-2;
       c.expected = std::move(expected);
       c.cpu = [&ctx, layer, keep, x, n, H, I] {
         const CpuLayer l = cpu_layer(*layer);
@@ -371,6 +378,7 @@ int main() {
   struct Tally { int pass = 0, fail = 0; };
   std::map<std::string, std::pair<Tally, Tally>> table;  // op -> (cpu, cuda)
   int failures = 0;
+  std::vector<std::string> errors;  // CUDA runs that threw
   for (const Case& c : cases) {
     const double cpu_err = relative_error(c.cpu(), c.expected);
     const bool cpu_ok = cpu_err <= std::max(c.tolerance, 1e-7);
@@ -382,11 +390,17 @@ int main() {
         table[c.op].second.fail++;
         ++failures;
       } else {
-        const double e = relative_error(c.cuda(), c.expected);
-        const bool ok = e <= std::max(c.cuda_tolerance > 0 ? c.cuda_tolerance : c.tolerance, 1e-7);
-        (ok ? table[c.op].second.pass : table[c.op].second.fail)++;
         char b[32];
-        std::snprintf(b, sizeof b, "%.1e%s", e, ok ? "" : " FAIL");
+        bool ok = false;
+        try {
+          const double e = relative_error(c.cuda(), c.expected);
+          ok = e <= std::max(c.cuda_tolerance > 0 ? c.cuda_tolerance : c.tolerance, 1e-7);
+          std::snprintf(b, sizeof b, "%.1e%s", e, ok ? "" : " FAIL");
+        } catch (const std::exception& err) {  // e.g. a shape the kernel refuses: a failure, with its reason
+          std::snprintf(b, sizeof b, "ERROR");
+          errors.push_back(c.op + " " + c.shape + ": " + err.what());
+        }
+        (ok ? table[c.op].second.pass : table[c.op].second.fail)++;
         cuda_cell = b;
         failures += !ok;
       }
@@ -403,6 +417,7 @@ int main() {
     };
     std::printf("%-26s %-14s %-14s\n", op.c_str(), cell(t.first).c_str(), cuda ? cell(t.second).c_str() : "-");
   }
+  for (const std::string& e : errors) std::printf("cuda error: %s\n", e.c_str());
   std::printf("%s\n", failures ? "FAILED" : "all ops agree");
   return failures ? 1 : 0;
 }
