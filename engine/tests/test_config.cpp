@@ -43,15 +43,15 @@ TEST_CASE("config: Llama defaults rope_theta to 10000 and has QKV bias only with
   CHECK(parse_config(j, "config.json").qkv_bias);
 }
 
-TEST_CASE("config: explicit head_dim wins; eos_token_id may be a list; null fields are unset") {
+TEST_CASE("config: explicit head_dim wins, eos_token_id may be a list, null fields are unset") {
   json j = tiny_config();
   j["head_dim"] = 8;
-  j["eos_token_id"] = {151643, 151645};
+  j["eos_token_id"] = {30, 31};
   j["bos_token_id"] = nullptr;
   j["rope_scaling"] = nullptr;
   const ModelConfig c = parse_config(j, "config.json");
   CHECK(c.head_dim == 8);
-  CHECK(c.eos_token_ids == std::vector<int>{151643, 151645});
+  CHECK(c.eos_token_ids == std::vector<int>{30, 31});
   CHECK(c.bos_token_id == -1);
   j["rope_scaling"] = {{"rope_type", "default"}};
   CHECK_NOTHROW(parse_config(j, "config.json"));
@@ -168,7 +168,7 @@ TEST_CASE("config: options that would change the computation are refused, not ig
   CHECK(error_of([&] { parse_config(j, "c"); }).field == "hidden_act");
 }
 
-TEST_CASE("config: Llama 3.1's llama3 RoPE scaling is read; its fields are required") {
+TEST_CASE("config: Llama 3.1's llama3 RoPE scaling is read, its fields are required") {
   json j = tiny_config("LlamaForCausalLM");
   j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                        {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};

@@ -148,7 +148,7 @@ TEST_CASE("stop ids and eos ids end the generation and are not emitted") {
   CHECK(r.result.finish == FinishReason::Stop);
 }
 
-TEST_CASE("max_tokens ends with finish length; zero only prefills") {
+TEST_CASE("max_tokens ends with finish length, zero only prefills") {
   FakeBackend backend(50, 256, counting_logits);
   Generator generator(backend, {});
   Run r = run(generator, greedy({1}, 4));
@@ -161,7 +161,7 @@ TEST_CASE("max_tokens ends with finish length; zero only prefills") {
   CHECK(backend.kv_len() == 3);
 }
 
-TEST_CASE("a full KV cache ends with finish context; a prompt over the context is refused before any work") {
+TEST_CASE("a full KV cache ends with finish context, a prompt over the context is refused before any work") {
   FakeBackend backend(97, 16);
   Generator generator(backend, {});
   Run r = run(generator, greedy(iota_prompt(10), 100));
@@ -267,7 +267,7 @@ TEST_CASE("a generation cancelled before it starts does no work") {
   CHECK(backend.forward_sizes.empty());
 }
 
-TEST_CASE("the first token's time is the time to first token; ms are positive") {
+TEST_CASE("the first token's time is the time to first token, ms are positive") {
   FakeBackend backend(97, 256);
   backend.step_delay = std::chrono::milliseconds(3);
   Generator generator(backend, {});
@@ -373,7 +373,7 @@ TEST_CASE("a backend's own greedy loop gives what stepping with forward gives: t
   }
 }
 
-TEST_CASE("a backend's own greedy loop stops within one token of a cancel; sampling does not use it") {
+TEST_CASE("a backend's own greedy loop stops within one token of a cancel, sampling does not use it") {
   LoopingBackend backend(97, 256);
   Generator generator(backend, {});
   const Run r = cancelled_after(generator, 3);

@@ -193,7 +193,7 @@ TEST_CASE("gguf: tensor infos of every supported type, shapes outermost first, d
   CHECK_THROWS_AS(g->tensor("q4_k")->dense("x"), EngineError);
 }
 
-TEST_CASE("gguf: open maps a file; a missing file and a directory are model errors naming it") {
+TEST_CASE("gguf: open maps a file, a missing file and a directory are model errors naming it") {
   TempDir dir;
   const std::string bytes = qwen2_file().bytes();
   std::ofstream(dir.path / "m.gguf", std::ios::binary) << bytes;
@@ -305,7 +305,7 @@ TEST_CASE("gguf: qwen2 hyper-parameters equal those of the same model's config.j
   CHECK(c.eos_token_ids == j.eos_token_ids);
 }
 
-TEST_CASE("gguf: llama and qwen3 hyper-parameters; RoPE scaling and unknown architectures are named") {
+TEST_CASE("gguf: llama and qwen3 hyper-parameters, RoPE scaling and unknown architectures are named") {
   SUBCASE("llama: no biases, untied, q/k rows in interleaved RoPE order") {
     const auto g = parse(qwen2_file(false, "llama").bytes());
     const ModelConfig c = gguf_config(*g);
@@ -377,7 +377,7 @@ TEST_CASE("gguf: llama and qwen3 hyper-parameters; RoPE scaling and unknown arch
   }
 }
 
-TEST_CASE("gguf: tensor names map to Hugging Face names; tied when output.weight is absent") {
+TEST_CASE("gguf: tensor names map to Hugging Face names, tied when output.weight is absent") {
   const auto g = parse(qwen2_file().bytes());
   const ModelConfig c = gguf_config(*g);
   CHECK(c.tie_word_embeddings);

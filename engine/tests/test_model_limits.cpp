@@ -171,7 +171,7 @@ TEST_CASE("model files: tokenizer ids at or above vocab_size are refused naming 
   CHECK(newline_tokens_from_tokenizer(tokenizer, 41) == std::vector<int32_t>{40});
 }
 
-TEST_CASE("model files: a context above the model's maximum is capped with a warning; 0 is min(maximum, 4096)") {
+TEST_CASE("model files: a context above the model's maximum is capped with a warning, 0 is min(maximum, 4096)") {
   TempDir dir;
   write_tiny_model(dir.path);  // max_position_embeddings 128
   for (const int requested : {1000, 2147483647}) {

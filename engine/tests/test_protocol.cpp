@@ -89,7 +89,7 @@ TEST_CASE("protocol: hello reports version 1 and the line limit") {
   CHECK(std::find(backends.begin(), backends.end(), "cpu") != backends.end());
 }
 
-TEST_CASE("protocol: generate before load is not_loaded; stats say not loaded") {
+TEST_CASE("protocol: generate before load is not_loaded, stats say not loaded") {
   EngineProcess engine;
   engine.send_line(R"({"type":"generate","id":"g1","prompt":[1,2,3]})");
   const json e = next_error(engine);
@@ -209,7 +209,7 @@ TEST_CASE("protocol: a model folder that cannot load is model_error with file an
   fs::remove_all(dir);
 }
 
-TEST_CASE("protocol: shutdown says bye and exits 0; so does end of input") {
+TEST_CASE("protocol: shutdown says bye and exits 0, so does end of input") {
   {
     EngineProcess engine;
     engine.send_line(R"({"type":"shutdown"})");

@@ -165,7 +165,7 @@ TEST_CASE("fuzz: 5,000 malformed lines through the request parser never throw an
   CHECK(parsed + refused == 5000);
 }
 
-TEST_CASE("fuzz: a batch of malformed lines through the real engine; one answer each, then bye") {
+TEST_CASE("fuzz: a batch of malformed lines through the real engine, one answer each, then bye") {
   JunkMaker junk(7);
   std::string batch;
   int lines = 0;

@@ -69,7 +69,7 @@ TEST_CASE("protocol limits: unknown keys in options, params or the request are b
                               R"("context_length":0,"speculation":"off","max_draft":8,"adaptive_depth":true}})"));
 }
 
-TEST_CASE("protocol limits: a cancel for a generation that just ended is ignored; one never seen is unknown_request") {
+TEST_CASE("protocol limits: a cancel for a generation that just ended is ignored, one never seen is unknown_request") {
   TempDir dir;
   const json config = tiny_config();
   write_model(dir.path, config, decoder_tensors(config, "BF16"));
@@ -102,7 +102,7 @@ TEST_CASE("protocol limits: a prompt longer than the loaded context is refused b
   CHECK((*m)["id"] == "long");
 }
 
-TEST_CASE("protocol limits: more than 8 queued generations is queue_full, at once; the queued ones still finish") {
+TEST_CASE("protocol limits: more than 8 queued generations is queue_full, at once, the queued ones still finish") {
   TempDir dir;
   json config = tiny_config();
   // Large enough that the first generation still runs while the reader takes the other lines.

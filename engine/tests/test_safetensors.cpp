@@ -30,7 +30,7 @@ std::string header(const json& h) { return h.dump(); }
 
 }  // namespace
 
-TEST_CASE("safetensors: a valid file gives views of the right bytes; __metadata__ is allowed") {
+TEST_CASE("safetensors: a valid file gives views of the right bytes, __metadata__ is allowed") {
   const std::string bytes = safetensors_file(kTwo, {{"format", "pt"}});
   const std::vector<Tensor> tensors = parse(bytes);
   REQUIRE(tensors.size() == 2);
@@ -125,7 +125,7 @@ TEST_CASE("safetensors: a byte count that does not match shape x dtype") {
   CHECK(has(parse_error(safetensors_raw(header(huge), std::string(16, '\0'))), "more than 2^64"));
 }
 
-TEST_CASE("safetensors: MappedFile maps the file read-only; a missing file is a model_error") {
+TEST_CASE("safetensors: MappedFile maps the file read-only, a missing file is a model_error") {
   TempDir dir;
   const std::string bytes = safetensors_file(kTwo);
   write_file(dir.path / "w.safetensors", bytes);

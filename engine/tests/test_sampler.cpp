@@ -47,7 +47,7 @@ TEST_CASE("greedy picks the first largest logit") {
   CHECK(probs == std::vector<float>{0, 1, 0, 0});
 }
 
-TEST_CASE("the same seed and parameters give the same tokens; another seed does not") {
+TEST_CASE("the same seed and parameters give the same tokens, another seed does not") {
   const std::vector<float> logits = random_logits(1000, 3);
   auto draws = [&](uint64_t seed) {
     Sampler sampler(sampling(1.0f, 50, 0.95f, seed));

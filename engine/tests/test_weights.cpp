@@ -79,7 +79,7 @@ TEST_CASE("weights: a tiny tied Qwen2 model binds every tensor and reports progr
   CHECK(std::get<1>(calls.back()) == std::get<2>(calls.back()));
 }
 
-TEST_CASE("weights: untied Llama in f16 without attention bias; weight_bytes leaves out the embedding") {
+TEST_CASE("weights: untied Llama in f16 without attention bias, weight_bytes leaves out the embedding") {
   TempDir dir;
   json config = tiny_config("LlamaForCausalLM");
   config["tie_word_embeddings"] = false;
@@ -166,7 +166,7 @@ TEST_CASE("weights: a missing tensor is named") {
   CHECK(e.field == "lm_head.weight");
 }
 
-TEST_CASE("weights: matrices in mixed dtypes are refused; norms may differ") {
+TEST_CASE("weights: matrices in mixed dtypes are refused, norms may differ") {
   TempDir dir;
   const json config = tiny_config();
   auto written = decoder_tensors(config, "BF16");
