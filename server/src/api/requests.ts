@@ -18,12 +18,16 @@ export function optNum(body: Body, key: string, min: number, max: number): numbe
   return body[key] === undefined || body[key] === null ? undefined : num(body, key, 0, min, max);
 }
 
+// OpenAI allows 4; vLLM, SGLang and llama-server take more, and so do we (a FIM template's
+// stops plus the client's own: Runahead's remote source sends up to a dozen).
+const MAX_STOPS = 32;
+
 export function stops(body: Body): string[] | undefined {
   const v = body.stop;
   if (v === undefined || v === null) return undefined;
   if (typeof v === 'string') return [v];
-  if (Array.isArray(v) && v.length <= 4 && v.every((s) => typeof s === 'string')) return v as string[];
-  throw bad('stop', 'a string or up to 4 strings');
+  if (Array.isArray(v) && v.length <= MAX_STOPS && v.every((s) => typeof s === 'string')) return v as string[];
+  throw bad('stop', `a string or up to ${MAX_STOPS} strings`);
 }
 
 export function promptText(body: Body): string {
