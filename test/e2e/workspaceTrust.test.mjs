@@ -119,7 +119,7 @@ describe('Workspace trust: a cloned folder cannot choose what runs (code-server 
 
   /** Types in example.ts until ghost text shows; returns the ms from the last keystroke. */
   async function ghostText(label) {
-    await wb.waitForStatus(/ms\/tok|ready/i, 180_000).catch(async (e) => {
+    await wb.waitForStatus(/ms\/tok|Runahead$/, 180_000).catch(async (e) => {
       await wb.screenshot(`${label}-not-ready`);
       throw new Error(`Runahead never became ready (status bar: ${JSON.stringify(await wb.statusText())}): ${e.message.split('\n')[0]}`);
     });
