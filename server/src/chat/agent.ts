@@ -3,7 +3,7 @@
 // one queue in front of the source, whichever source the settings chose.
 import type { CompletionSource } from '../completion/source';
 import { WorkQueue } from './queue';
-import { AgentError, type AgentModel, type ChatDelta, type ChatRequest, type GenerationResult, type TextRequest } from './types';
+import { AgentError, type AgentBackend, type AgentModel, type ChatDelta, type ChatRequest, type GenerationResult, type TextRequest } from './types';
 
 export const DEFAULT_MAX_QUEUE = 4;
 
@@ -16,24 +16,24 @@ export class Agent {
   }
 
   model(): Promise<AgentModel> {
-    return this.ready().agentModel!();
+    return this.ready().agentModel();
   }
 
   countTokens(text: string): Promise<number> {
-    return this.ready().countTokens!(text);
+    return this.ready().countTokens(text);
   }
 
   chat(request: ChatRequest, onDelta: (d: ChatDelta) => void): Promise<GenerationResult> {
-    return this.queue.run(request.signal, () => this.ready().chat!(request, onDelta));
+    return this.queue.run(request.signal, () => this.ready().chat(request, onDelta));
   }
 
   text(request: TextRequest, onText: (delta: string) => void): Promise<GenerationResult> {
-    return this.queue.run(request.signal, () => this.ready().text!(request, onText));
+    return this.queue.run(request.signal, () => this.ready().text(request, onText));
   }
 
-  private ready(): Required<Pick<CompletionSource, 'chat' | 'text' | 'countTokens' | 'agentModel'>> {
-    const s = this.source();
-    if (!s?.chat || !s.text || !s.countTokens || !s.agentModel) throw new AgentError('no model is running', 503, 'model_not_ready');
-    return s as Required<Pick<CompletionSource, 'chat' | 'text' | 'countTokens' | 'agentModel'>>;
+  private ready(): AgentBackend {
+    const agent = this.source()?.agent;
+    if (!agent) throw new AgentError('no model is running', 503, 'model_not_ready');
+    return agent;
   }
 }

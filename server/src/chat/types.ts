@@ -90,3 +90,15 @@ export class AgentError extends Error {
     super(message);
   }
 }
+
+/** What a completion source offers agent work: the model, chat, text and token counts. */
+export interface AgentBackend {
+  /** The model it runs on. Throws an AgentError when it cannot chat. */
+  agentModel(): Promise<AgentModel>;
+  /** A chat turn: text and tool calls streamed by `onDelta`. Throws an AgentError for a request it cannot serve. */
+  chat(request: ChatRequest, onDelta: (d: ChatDelta) => void): Promise<GenerationResult>;
+  /** A plain or fill-in-the-middle text completion, streamed by `onText`. */
+  text(request: TextRequest, onText: (delta: string) => void): Promise<GenerationResult>;
+  /** Tokens of `text` by the model's tokenizer (estimated where it is remote). */
+  countTokens(text: string): Promise<number>;
+}

@@ -5,17 +5,15 @@
 // its tokenizer or template; everything before (trigger, cache, debounce) and
 // after (post-processing, metrics) is the Completer's and the same for both.
 //
-// Note for RemoteSource (added with the Completer, completer.ts): the members
-// below `complete` are optional, so a source written against the first cut
-// still compiles. sources.ts picks the source (`sourceFor`: add the 'remote'
-// case there); on a change of kind the old source is `stop`ped. Token healing
+// The members below `complete` are optional. sources.ts picks the source
+// (`sourceFor`); on a change of kind the old source is `stop`ped. Token healing
 // is the Completer's: `prefix` arrives healed and the Completer strips the
 // pending whitespace from the text, so a source returns the model's text as is.
 import type { CompletionMetrics } from '../metrics';
 import type { EngineStatus } from '../engine/supervisor';
 import type { Settings } from '../settings';
 import type { ContextFile } from './fim';
-import type { AgentModel, ChatDelta, ChatRequest, GenerationResult, TextRequest } from '../chat/types';
+import type { AgentBackend } from '../chat/types';
 
 export interface SourceRequest {
   /** Text before the cursor (token healing already applied) and after it: the whole document; the source windows it to its budget. */
@@ -70,12 +68,6 @@ export interface CompletionSource {
   stop?(): Promise<void>;
   /** Ends it at once and synchronously: the server process is exiting. */
   killNow?(): void;
-  /** Agent work (chat/agent mode, edits, the local API; server/src/chat): the model it runs on. Throws an AgentError when it cannot chat. */
-  agentModel?(): Promise<AgentModel>;
-  /** A chat turn: text and tool calls streamed by `onDelta`. Throws an AgentError for a request it cannot serve. */
-  chat?(request: ChatRequest, onDelta: (d: ChatDelta) => void): Promise<GenerationResult>;
-  /** A plain or fill-in-the-middle text completion, streamed by `onText`. */
-  text?(request: TextRequest, onText: (delta: string) => void): Promise<GenerationResult>;
-  /** Tokens of `text` by the model's tokenizer (estimated where it is remote). */
-  countTokens?(text: string): Promise<number>;
+  /** Agent work (chat/agent mode, edits, the local API; server/src/chat), where the source can do it. */
+  readonly agent?: AgentBackend;
 }

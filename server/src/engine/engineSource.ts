@@ -5,7 +5,6 @@
 // server's read of the model folder is still running or failed.
 import { follow } from '../abort';
 import { EngineAgent } from '../chat/engineAgent';
-import type { AgentModel, ChatDelta, ChatRequest, GenerationResult, TextRequest } from '../chat/types';
 import type { CompletionSource, SourceRequest, SourceResult } from '../completion/source';
 import type { Log } from '../log';
 import { engineMetrics } from '../metrics';
@@ -80,21 +79,6 @@ export class EngineSource implements CompletionSource {
     }
   }
 
-  agentModel(): Promise<AgentModel> {
-    return this.agent.agentModel();
-  }
-
-  chat(request: ChatRequest, onDelta: (d: ChatDelta) => void): Promise<GenerationResult> {
-    return this.agent.chat(request, onDelta);
-  }
-
-  text(request: TextRequest, onText: (delta: string) => void): Promise<GenerationResult> {
-    return this.agent.text(request, onText);
-  }
-
-  countTokens(text: string): Promise<number> {
-    return this.agent.countTokens(text);
-  }
 
   private async completeInline(request: SourceRequest, onText?: (textSoFar: string) => void): Promise<SourceResult> {
     const conn = await this.supervisor.ready(0);

@@ -5,7 +5,6 @@
 // completion is asked for while the last check failed.
 import { EventEmitter } from 'node:events';
 import { RemoteAgent } from '../chat/remoteAgent';
-import type { AgentModel, ChatDelta, ChatRequest, GenerationResult, TextRequest } from '../chat/types';
 import type { CompletionSource, SourceRequest, SourceResult } from '../completion/source';
 import type { EngineStatus } from '../engine/supervisor';
 import type { Log } from '../log';
@@ -56,7 +55,7 @@ export class RemoteSource extends EventEmitter implements CompletionSource {
 
   private readonly timing: RemoteTiming;
   /** Chat and text for agent work, forwarded to the server's own endpoints. */
-  private readonly agent = new RemoteAgent({
+  readonly agent = new RemoteAgent({
     base: () => this.base,
     model: () => this.model(),
     headers: () => this.headers(),
@@ -113,21 +112,6 @@ export class RemoteSource extends EventEmitter implements CompletionSource {
     return this.usable();
   }
 
-  agentModel(): Promise<AgentModel> {
-    return this.agent.agentModel();
-  }
-
-  chat(request: ChatRequest, onDelta: (d: ChatDelta) => void): Promise<GenerationResult> {
-    return this.agent.chat(request, onDelta);
-  }
-
-  text(request: TextRequest, onText: (delta: string) => void): Promise<GenerationResult> {
-    return this.agent.text(request, onText);
-  }
-
-  countTokens(text: string): Promise<number> {
-    return this.agent.countTokens(text);
-  }
 
   async complete(request: SourceRequest, onText?: (textSoFar: string) => void): Promise<SourceResult> {
     const started = performance.now();
