@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { cpSync, existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { chooseModel, installExtension, makeRunDir, repoRoot, startCodeServer } from './codeServer.mjs';
+import { chooseModel, installExtension, makeRunDir, repoRoot, startCodeServer, stopRun } from './codeServer.mjs';
 import { ensureTools } from './tools.mjs';
 import { buildVsix } from './vsix.mjs';
 import { Workbench } from './workbench.mjs';
@@ -56,12 +56,7 @@ describe('Benchmark from the command palette (code-server + headless Chromium)',
 
   after(async function () {
     this.timeout(60_000);
-    await wb?.close();
-    await server?.stop();
-    if (run) {
-      if (existsSync(join(run.userData, 'logs'))) cpSync(join(run.userData, 'logs'), join(artifacts, 'logs'), { recursive: true });
-      rmSync(run.dir, { recursive: true, force: true });
-    }
+    await stopRun({ wb, server, run, artifacts });
     log(`console of the webview frames: ${JSON.stringify(webviewMessages)}`);
     if (wb) log(`screenshots: ${wb.shots.map((s) => s.slice(repoRoot.length + 1)).join(' ')}`);
   });
@@ -85,10 +80,7 @@ describe('Benchmark from the command palette (code-server + headless Chromium)',
 
   it('runs a quick benchmark and shows charts and tables whose numbers are the exported JSON', async function () {
     this.timeout(300_000);
-    await wb.page.keyboard.press('F1');
-    await quickInput().locator('input').fill('>Runahead: Run Benchmark');
-    await quickInput().locator('.monaco-list-row.focused').filter({ hasText: 'Runahead: Run Benchmark' }).waitFor();
-    await wb.page.keyboard.press('Enter');
+    await wb.runCommand('Runahead: Run Benchmark');
     await pickOnly('Runahead benchmark: workloads', ['Your code']);
     await pickOnly('Runahead benchmark: configurations', ['off', 'lookup']);
     await quickInput().locator('input[aria-label="Runahead benchmark: length"]').waitFor();

@@ -6,9 +6,9 @@
 // the file alone; Copy API Token's token opens the local API. One code-server
 // start. Screenshots: test/artifacts/e2e/chat/.
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { freePort, installExtension, makeRunDir, repoRoot, startCodeServer } from './codeServer.mjs';
+import { freePort, installExtension, makeRunDir, repoRoot, startCodeServer, stopRun } from './codeServer.mjs';
 import { ensureTools } from './tools.mjs';
 import { buildVsix } from './vsix.mjs';
 import { Workbench } from './workbench.mjs';
@@ -66,24 +66,9 @@ describe('Runahead agent features in a real editor (chat model, edit with instru
   after(async function () {
     this.timeout(60_000);
     await wb?.screenshot('final').catch(() => {});
-    await wb?.close();
-    await server?.stop();
-    if (run) {
-      if (existsSync(join(run.userData, 'logs'))) cpSync(join(run.userData, 'logs'), join(artifacts, 'logs'), { recursive: true });
-      rmSync(run.dir, { recursive: true, force: true });
-    }
+    await stopRun({ wb, server, run, artifacts });
     if (wb) log(`screenshots: ${wb.shots.map((s) => s.slice(repoRoot.length + 1)).join(' ')}`);
   });
-
-  /** Runs a command from the palette by its title. */
-  async function command(title) {
-    await wb.page.keyboard.press('F1');
-    const input = wb.page.locator('.quick-input-widget input');
-    await input.waitFor();
-    await input.fill(`>${title}`);
-    await wb.page.locator('.quick-input-widget .monaco-list-row.focused').filter({ hasText: title }).waitFor();
-    await wb.page.keyboard.press('Enter');
-  }
 
   /** The Runahead output channel's log so far. */
   const runaheadLog = () => filesUnder(join(run.userData, 'logs')).filter((p) => /Runahead\.log$/.test(p)).map((f) => readFileSync(f, 'utf8')).join('\n');
@@ -115,7 +100,7 @@ describe('Runahead agent features in a real editor (chat model, edit with instru
     await wb.page.keyboard.press('Enter');
     for (let i = 0; i < 5; i++) await wb.page.keyboard.press('Shift+ArrowDown');
     const edits = (runaheadLog().match(EDIT_DONE) ?? []).length;
-    await command('Runahead: Edit Selection with Instruction');
+    await wb.runCommand('Runahead: Edit Selection with Instruction');
     await wb.page.locator('.quick-input-widget').filter({ hasText: 'edit the selection' }).waitFor();
     await wb.screenshot(`${label}-instruction`);
     await wb.page.locator('.quick-input-widget input').fill(instruction);
@@ -159,7 +144,7 @@ describe('Runahead agent features in a real editor (chat model, edit with instru
 
   it("VS Code's chat model picker lists the model", async function () {
     this.timeout(90_000);
-    await command('Chat: Open Chat');
+    await wb.runCommand('Chat: Open Chat');
     await sleep(2000);
     await wb.screenshot('chat-view');
     // The chat input's toolbar shows the chosen model; a click opens the picker's list.
@@ -181,7 +166,7 @@ describe('Runahead agent features in a real editor (chat model, edit with instru
     assert.notEqual(proposed.trim(), original.trim(), 'the diff shows no rewrite');
     await titleAction('Accept Edit');
     await wb.page.locator('.monaco-diff-editor').waitFor({ state: 'detached', timeout: 10_000 });
-    await command('File: Save All Files');
+    await wb.runCommand('File: Save All Files');
     await wb.page.locator('.tabs-container .tab.dirty').waitFor({ state: 'detached', timeout: 10_000 });
     const now = readFileSync(file, 'utf8');
     await wb.screenshot('edit-accepted');
@@ -208,7 +193,7 @@ describe('Runahead agent features in a real editor (chat model, edit with instru
 
   it('Copy API Token puts a token on the clipboard that opens the local API', async function () {
     this.timeout(60_000);
-    await command('Runahead: Copy API Token');
+    await wb.runCommand('Runahead: Copy API Token');
     await wb.page.locator('.notifications-toasts .notification-toast').filter({ hasText: 'API token copied' }).waitFor({ timeout: 10_000 });
     await wb.screenshot('api-token-copied');
     const token = await wb.page.evaluate(() => navigator.clipboard.readText());

@@ -4,7 +4,7 @@
 // Everything it starts is stopped by PID: its process group and every
 // descendant, found through /proc, even ones that left the group.
 import { spawn, spawnSync } from 'node:child_process';
-import { cpSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -237,4 +237,14 @@ export async function startCodeServer(tools, run, { port, host = '127.0.0.1', ti
   }
   log(`code-server pid ${child.pid} listening on ${url} (log: ${run.log})`);
   return { url, port, pid: child.pid, stop };
+}
+
+/** Ends a test's editor: the browser, code-server, then the run folder, keeping the editor's logs beside the screenshots. */
+export async function stopRun({ wb, server, run, artifacts }) {
+  await wb?.close();
+  await server?.stop();
+  if (!run) return;
+  if (existsSync(join(run.userData, 'logs'))) cpSync(join(run.userData, 'logs'), join(artifacts, 'logs'), { recursive: true });
+  if (existsSync(run.log)) cpSync(run.log, join(artifacts, 'code-server.log'));
+  rmSync(run.dir, { recursive: true, force: true });
 }

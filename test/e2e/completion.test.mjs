@@ -3,9 +3,9 @@
 // embedded model, accept it with Tab, read ms/token in the status bar, kill the
 // engine and see completions come back. Screenshots: test/artifacts/e2e/.
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { chooseModel, enginePids, installExtension, makeRunDir, repoRoot, startCodeServer } from './codeServer.mjs';
+import { chooseModel, enginePids, installExtension, makeRunDir, repoRoot, startCodeServer, stopRun } from './codeServer.mjs';
 import { ensureTools } from './tools.mjs';
 import { buildVsix } from './vsix.mjs';
 import { Workbench } from './workbench.mjs';
@@ -63,14 +63,7 @@ describe('Runahead in a real editor (code-server + headless Chromium)', function
     } catch (e) {
       log(`final screenshot failed: ${e.message}`);
     }
-    await wb?.close();
-    await server?.stop();
-    if (run) {
-      // Keep the editor's logs (extension host, language server output) beside the screenshots.
-      if (existsSync(join(run.userData, 'logs'))) cpSync(join(run.userData, 'logs'), join(artifacts, 'logs'), { recursive: true });
-      if (existsSync(run.log)) cpSync(run.log, join(artifacts, 'code-server.log'));
-      rmSync(run.dir, { recursive: true, force: true });
-    }
+    await stopRun({ wb, server, run, artifacts });
     if (wb) log(`screenshots: ${wb.shots.map((s) => s.slice(repoRoot.length + 1)).join(' ')}`);
   });
 

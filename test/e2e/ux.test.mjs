@@ -5,9 +5,9 @@
 // code-server start. Screenshots: test/artifacts/e2e/ux/.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chooseModel, installExtension, makeRunDir, repoRoot, startCodeServer } from './codeServer.mjs';
+import { chooseModel, installExtension, makeRunDir, repoRoot, startCodeServer, stopRun } from './codeServer.mjs';
 import { ensureTools } from './tools.mjs';
 import { buildVsix } from './vsix.mjs';
 import { Workbench } from './workbench.mjs';
@@ -42,28 +42,13 @@ describe('Runahead UX in a real editor (walkthrough, snooze, per-language, error
   after(async function () {
     this.timeout(60_000);
     await wb?.screenshot('final').catch(() => {});
-    await wb?.close();
-    await server?.stop();
-    if (run) {
-      if (existsSync(join(run.userData, 'logs'))) cpSync(join(run.userData, 'logs'), join(artifacts, 'logs'), { recursive: true });
-      rmSync(run.dir, { recursive: true, force: true });
-    }
+    await stopRun({ wb, server, run, artifacts });
     if (wb) log(`screenshots: ${wb.shots.map((s) => s.slice(repoRoot.length + 1)).join(' ')}`);
   });
 
-  /** Runs a command from the palette by its title. */
-  async function command(title) {
-    await wb.page.keyboard.press('F1');
-    const input = wb.page.locator('.quick-input-widget input');
-    await input.waitFor();
-    await input.fill(`>${title}`);
-    await wb.page.locator('.quick-input-widget .monaco-list-row.focused').filter({ hasText: title }).waitFor();
-    await wb.page.keyboard.press('Enter');
-  }
-
   /** Picks an entry of the Runahead menu (the status item's click). */
   async function menu(entry) {
-    await command('Runahead: Show Menu');
+    await wb.runCommand('Runahead: Show Menu');
     const row = wb.page.locator('.quick-input-widget .monaco-list-row').filter({ hasText: entry }).first();
     await row.waitFor();
     await row.click();

@@ -76,6 +76,16 @@ export class Workbench {
     await this.context?.close().catch(() => {});
   }
 
+  /** Runs a command from the palette by its title. */
+  async runCommand(title) {
+    await this.page.keyboard.press('F1');
+    const input = this.page.locator('.quick-input-widget input');
+    await input.waitFor();
+    await input.fill(`>${title}`);
+    await this.page.locator('.quick-input-widget .monaco-list-row.focused').filter({ hasText: title }).waitFor();
+    await this.page.keyboard.press('Enter');
+  }
+
   async screenshot(name) {
     const path = join(this.artifacts, `${String(this.shots.length + 1).padStart(2, '0')}-${name}.png`);
     await this.page.screenshot({ path });

@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { chmodSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chooseModel, defaultModel, enginePids, installExtension, makeRunDir, repoRoot, sampleWorkspace, startCodeServer } from './codeServer.mjs';
+import { chooseModel, defaultModel, enginePids, installExtension, makeRunDir, repoRoot, sampleWorkspace, startCodeServer, stopRun } from './codeServer.mjs';
 import { ensureTools } from './tools.mjs';
 import { buildVsix } from './vsix.mjs';
 import { Workbench } from './workbench.mjs';
@@ -93,13 +93,7 @@ describe('Workspace trust: a cloned folder cannot choose what runs (code-server 
 
   after(async function () {
     this.timeout(60_000);
-    await wb?.close();
-    await server?.stop();
-    if (run) {
-      if (existsSync(join(run.userData, 'logs'))) cpSync(join(run.userData, 'logs'), join(artifacts, 'logs'), { recursive: true });
-      if (existsSync(run.log)) cpSync(run.log, join(artifacts, 'code-server.log'));
-      rmSync(run.dir, { recursive: true, force: true });
-    }
+    await stopRun({ wb, server, run, artifacts });
     if (wb) log(`screenshots: ${wb.shots.map((s) => s.slice(repoRoot.length + 1)).join(' ')}`);
     if (Object.keys(ghostMs).length) log(`ghost text after the last keystroke: ${JSON.stringify(ghostMs)} ms`);
   });

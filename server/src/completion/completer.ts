@@ -83,6 +83,23 @@ interface Place {
 
 const never = new AbortController().signal;
 
+/** Where to complete; with an IntelliSense item selected, as if it were inserted, replacing its range [from, to). */
+function placeOf(input: CompletionInput): { place: Place; from: number; to: number; lead: string } {
+  const from = input.selected?.from ?? input.offset;
+  const to = input.selected?.to ?? input.offset;
+  const lead = input.selected?.text ?? '';
+  const place: Place = {
+    uri: input.uri,
+    languageId: input.languageId,
+    prefix: input.text.slice(0, from) + lead,
+    suffix: input.text.slice(to),
+    path: input.path,
+    repoName: input.repoName,
+    extra: input.context ?? [],
+  };
+  return { place, from, to, lead };
+}
+
 /** Temperature of the second suggestion (Alt+]): different enough from greedy, still plausible. */
 const ALTERNATIVE_TEMPERATURE = 0.8;
 /** Samples tried for a second suggestion that differs from the first. */
@@ -113,19 +130,7 @@ export class Completer {
     this.counters.requests++;
     const signal = input.signal ?? never;
     const settings = this.deps.settings();
-    // With an IntelliSense item selected, complete as if it were inserted, and replace its range.
-    const from = input.selected?.from ?? input.offset;
-    const to = input.selected?.to ?? input.offset;
-    const lead = input.selected?.text ?? '';
-    const place: Place = {
-      uri: input.uri,
-      languageId: input.languageId,
-      prefix: input.text.slice(0, from) + lead,
-      suffix: input.text.slice(to),
-      path: input.path,
-      repoName: input.repoName,
-      extra: input.context ?? [],
-    };
+    const { place, from, to, lead } = placeOf(input);
     const answer = (finish: string, completion = '', metrics?: CompletionMetrics): CompletionResult => ({
       text: completion.length === 0 ? '' : lead + completion,
       from,
@@ -263,17 +268,7 @@ export class Completer {
    * and kept for the next time. Undefined when the sample is empty or says the same.
    */
   async alternative(input: CompletionInput, shown: string): Promise<string | undefined> {
-    const from = input.selected?.from ?? input.offset;
-    const lead = input.selected?.text ?? '';
-    const place: Place = {
-      uri: input.uri,
-      languageId: input.languageId,
-      prefix: input.text.slice(0, from) + lead,
-      suffix: input.text.slice(input.selected?.to ?? input.offset),
-      path: input.path,
-      repoName: input.repoName,
-      extra: input.context ?? [],
-    };
+    const { place, lead } = placeOf(input);
     // A digest, not the text: each kept entry would otherwise hold a copy of the whole document.
     const key = createHash('sha256').update(JSON.stringify([place.uri, place.prefix, place.suffix])).digest('base64');
     const differs = (t: string) => t.length > 0 && lead + t !== shown;
