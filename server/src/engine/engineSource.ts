@@ -66,7 +66,20 @@ export class EngineSource implements CompletionSource {
   }
 
   async ready(waitMs: number): Promise<boolean> {
+    const deadline = performance.now() + waitMs;
     const conn = await this.supervisor.ready(waitMs);
+    // The engine can be loaded before the server's own read of the model folder (its tokenizer) ends.
+    while (conn && this.model.loading && !this.model.context && performance.now() < deadline) {
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          this.model.off('changed', done);
+          resolve();
+        };
+        const timer = setTimeout(done, deadline - performance.now());
+        this.model.on('changed', done);
+      });
+    }
     return conn !== undefined && this.model.context !== undefined;
   }
 
