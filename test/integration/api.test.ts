@@ -147,8 +147,9 @@ describe('local API (openai client)', function () {
   it('429 with Retry-After beyond the queue bound under a burst', async () => {
     runahead.agent.maxQueue = 1;
     try {
+      // Long enough that the first is still running when the last of the burst arrives on a busy machine.
       const burst = await Promise.allSettled(
-        Array.from({ length: 5 }, () => client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 300 })),
+        Array.from({ length: 5 }, () => client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1500 })),
       );
       const refused = burst.filter((r) => r.status === 'rejected').map((r) => (r as PromiseRejectedResult).reason);
       assert.equal(burst.filter((r) => r.status === 'fulfilled').length, 2, 'one runs, one waits');
