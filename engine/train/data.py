@@ -12,7 +12,7 @@ import numpy as np
 from corpus import stable_hash
 
 FIM_RATE = 0.5
-SEGMENT_CHARS = 1500
+SEGMENT_CHARS = 5000
 
 
 def segments(text, max_chars=SEGMENT_CHARS):
@@ -37,25 +37,57 @@ def line_starts(text):
     return starts
 
 
+SPAN_KINDS = (("rest_of_line", 30), ("mid_line", 12), ("lines", 23), ("block", 17), ("random", 12), ("empty", 6))
+
+
+def indent_of(line):
+    return len(line) - len(line.lstrip(" \t"))
+
+
 def cursor_span(text, rng):
-    """(start, end) of a middle as completion sees it: whole lines, the rest of a line from a
-    cursor inside it (maybe a few more lines), or a random character span."""
+    """(start, end) of a middle as completion sees it, in SPAN_KINDS' shares: the rest of a line from a cursor
+    inside it; a piece inside one line (an argument, an expression); 1-3 whole lines from their indent; a block
+    (a line and the deeper-indented lines under it); a random character span; or nothing (the code is complete)."""
     starts = line_starts(text)
-    kind = rng.randrange(3)
-    if kind == 0:
-        i = rng.randrange(len(starts))
-        j = min(len(starts), i + rng.randint(1, 5))
-        return starts[i], starts[j] if j < len(starts) else len(text)
-    if kind == 1:
-        i = rng.randrange(len(starts))
-        line_end = text.find("\n", starts[i])
-        line_end = len(text) if line_end < 0 else line_end
-        start = rng.randint(starts[i], line_end)
-        j = i + 1 + rng.randint(0, 3) if rng.random() < 0.3 else i + 1
-        end = line_end if j == i + 1 else (starts[j] - 1 if j < len(starts) else len(text))
-        return start, max(start, end)
-    start = rng.randrange(len(text) + 1)
-    return start, min(len(text), start + rng.randint(0, 256))
+    kind = rng.choices([k for k, _ in SPAN_KINDS], [w for _, w in SPAN_KINDS])[0]
+    i = rng.randrange(len(starts))
+    line_end = text.find("\n", starts[i])
+    line_end = len(text) if line_end < 0 else line_end
+    line = text[starts[i]:line_end]
+    body = starts[i] + indent_of(line)
+    if kind == "rest_of_line":
+        return (start := rng.randint(body, line_end)), line_end
+    if kind == "mid_line":
+        a, b = sorted(rng.randint(body, line_end) for _ in range(2))
+        return a, b
+    if kind == "empty":
+        pos = rng.choice((rng.randint(body, line_end), line_end, body))
+        return pos, pos
+    if kind == "random":
+        start = rng.randrange(len(text) + 1)
+        return start, min(len(text), start + rng.randint(1, 256))
+    j = min(len(starts), i + rng.randint(1, 3))
+    if kind == "block":
+        j = i + 1
+        while j < len(starts) and j - i < 16:
+            nxt_end = text.find("\n", starts[j])
+            nxt = text[starts[j]:len(text) if nxt_end < 0 else nxt_end]
+            if nxt.strip() and indent_of(nxt) <= indent_of(line):
+                break
+            j += 1
+    end = starts[j] - 1 if j < len(starts) else len(text)
+    return body, max(body, end)
+
+
+def display_path(doc):
+    """The file's path as the server sends it (relative to the workspace folder): install prefixes removed."""
+    path = doc["path"]
+    for marker in ("dist-packages/", "site-packages/", "gocode/src/", "cargo/registry/", "node_modules/", "package/",
+                   "usr/include/", "usr/share/"):
+        cut = path.rfind(marker)
+        if cut >= 0:
+            return path[cut + len(marker):]
+    return path
 
 
 class StreamBuilder:
@@ -64,7 +96,8 @@ class StreamBuilder:
     def __init__(self, tok):
         self.tok = tok
         self.ids = {name: tok.token_to_id(name) for name in
-                    ("<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>")}
+                    ("<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|repo_name|>",
+                     "<|file_sep|>")}
         self.texts, self.plan = [], []
 
     def _text(self, s):
@@ -83,18 +116,25 @@ class StreamBuilder:
         self._text(middle)
         self._special("<|endoftext|>")
 
-    def add_document(self, text, rng, fim_rate=FIM_RATE):
-        ended = False
+    def add_repo(self, name):
+        self._special("<|repo_name|>")
+        self._text(name + "\n")
+
+    def add_document(self, text, rng, fim_rate=FIM_RATE, path=None):
+        """The document in chunks of whole lines, each headed by `<|file_sep|>path` as the server's repo-level prompt
+        is (when path is given), each either plain text or one FIM example."""
         for seg in segments(text):
+            if path is not None:
+                self._special("<|file_sep|>")
+                self._text(path + "\n")
             if rng.random() < fim_rate:
                 start, end = cursor_span(seg, rng)
                 self.add_fim(seg[:start], seg[start:end], seg[end:], rng.choice(("psm", "spm")))
-                ended = True
             else:
                 self._text(seg)
-                ended = False
-        if not ended:
-            self._special("<|endoftext|>")
+
+    def end(self):
+        self._special("<|endoftext|>")
 
     def build(self, chunk=20000):
         """The whole stream as one uint16 array."""
@@ -106,14 +146,31 @@ class StreamBuilder:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
 
 
-def build_stream(tok, docs, seed, repeat_js=2, fim_rate=FIM_RATE):
-    """Token stream of the documents in a seeded order; JS/TS repeated since it is the smaller language."""
+REPEAT = {"javascript": 2, "go": 2, "rust": 2}
+
+
+def build_stream(tok, docs, seed, repeat=None, fim_rate=FIM_RATE, repo_level=True):
+    """Token stream of the documents grouped by package in a seeded order (the repo-level layout: the package's
+    name, then its files, each `<|file_sep|>path`), smaller languages repeated (REPEAT)."""
+    repeat = REPEAT if repeat is None else repeat
     rng = random.Random(seed)
-    items = [(d, r) for d in docs for r in range(repeat_js if d["language"] == "javascript" else 1)]
+    packages = {}
+    for d in docs:
+        packages.setdefault((d["language"], d["package"]), []).append(d)
+    items = [(key, r) for key in sorted(packages) for r in range(repeat.get(key[0], 1))]
     rng.shuffle(items)
     builder = StreamBuilder(tok)
-    for doc, r in items:
-        builder.add_document(doc["text"], random.Random(stable_hash(doc["path"]) + 7919 * r + seed), fim_rate)
+    for (language, package), r in items:
+        files = sorted(packages[(language, package)], key=lambda d: stable_hash(d["path"]) + r)
+        prng = random.Random(stable_hash(package) + 7919 * r + seed)
+        # Packages in runs of a few files, as a workspace's open files are; single files without a repo name too.
+        for start in range(0, len(files), 4):
+            if repo_level and prng.random() < 0.7:
+                builder.add_repo(package.split("/")[-1])
+            for doc in files[start:start + 4]:
+                path = display_path(doc) if repo_level and prng.random() < 0.9 else None
+                builder.add_document(doc["text"], random.Random(stable_hash(doc["path"]) + 7919 * r + seed), fim_rate, path)
+            builder.end()
     return builder.build()
 
 
@@ -133,11 +190,11 @@ def whole_lines_after(text, pos, max_chars):
     return text[pos:cut + 1] if cut >= 0 else ""
 
 
-def fim_tasks(docs, n, seed, max_prefix=1200, max_suffix=400):
+def fim_tasks(docs, n, seed, max_prefix=3000, max_suffix=1000):
     """n realistic completion tasks from held-out files: a cursor at a line start (the middle is the
     rest of that line, or a block of 1-3 lines) or inside a line (the rest of the line); prefix and
     suffix are whole lines around them.
-    Returns dicts {prefix, middle, suffix, kind, path}."""
+    Returns dicts {prefix, middle, suffix, kind, path, package, language}."""
     rng = random.Random(seed)
     pool = sorted((d for d in docs if len(d["text"]) > 400), key=lambda d: stable_hash(d["path"]))
     tasks = []
@@ -163,5 +220,6 @@ def fim_tasks(docs, n, seed, max_prefix=1200, max_suffix=400):
         if not middle.strip() or len(middle) > 240:
             continue
         tasks.append({"prefix": whole_lines_before(text, begin, max_prefix), "middle": middle,
-                      "suffix": whole_lines_after(text, end, max_suffix), "kind": kind, "path": doc["path"]})
+                      "suffix": whole_lines_after(text, end, max_suffix), "kind": kind, "path": display_path(doc),
+                      "package": doc["package"].split("/")[-1], "language": doc["language"]})
     return tasks

@@ -13,29 +13,30 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# Why these shapes: see README.md. Sizes in bf16: target 12.9 MB, MTP 1.3 MB, draft 4.4 MB.
-VOCAB = 14336
-SEQ = 1024
+# Why these shapes: see README.md. Shipped in Q8_0 (1.0625 bytes a weight): target 18.4 MB, MTP 1.4 MB, draft 2.7 MB.
+VOCAB = 16384
+SEQ = 2048
 ROPE_THETA = 10000.0
 RMS_EPS = 1e-6
-TARGET = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=640)
-DRAFT = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=320)
-MTP_INTERMEDIATE = 384
+TARGET = dict(hidden_size=384, num_hidden_layers=7, num_attention_heads=6, num_key_value_heads=2, intermediate_size=1024)
+DRAFT = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=384)
+MTP_INTERMEDIATE = 512
+Q8_BLOCK = 32
 SMOKE_VOCAB = 1024
 SMOKE_TARGET = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128)
 SMOKE_DRAFT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
-RUNAHEAD_KEY = {"fim_orders": ["psm", "spm"], "fim_order": "spm", "format_version": 1}
+RUNAHEAD_KEY = {"fim_orders": ["psm", "spm"], "fim_order": "spm", "repo_level": True, "format_version": 1}
 
 
 def make_qwen2(shape, vocab, eos_id):
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    config = Qwen2Config(vocab_size=vocab, max_position_embeddings=4096, rms_norm_eps=RMS_EPS, rope_theta=ROPE_THETA,
+    config = Qwen2Config(vocab_size=vocab, max_position_embeddings=SEQ, rms_norm_eps=RMS_EPS, rope_theta=ROPE_THETA,
                          tie_word_embeddings=True, use_sliding_window=False, bos_token_id=eos_id, eos_token_id=eos_id,
                          pad_token_id=eos_id, initializer_range=0.02, **shape)
     return Qwen2ForCausalLM(config)
 
 
-def save_qwen2(model, folder, tokenizer_folder):
+def save_qwen2(model, folder, tokenizer_folder, fim_order="spm"):
     """A Hugging Face folder: bf16 safetensors, config with the runahead key, generation config, tokenizer."""
     import shutil
     from transformers import GenerationConfig
@@ -51,15 +52,26 @@ def save_qwen2(model, folder, tokenizer_folder):
     path = os.path.join(folder, "config.json")
     with open(path) as f:
         config = json.load(f)
-    config["runahead"] = RUNAHEAD_KEY
+    config["runahead"] = {**RUNAHEAD_KEY, "fim_order": fim_order}
     with open(path, "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
 
 
 def load_qwen2(folder, dtype=torch.float32):
-    from transformers import Qwen2ForCausalLM
-    return Qwen2ForCausalLM.from_pretrained(folder, dtype=dtype)
+    """A saved folder, bf16 or Q8_0 (then dequantised: the model computes with exactly the shipped values)."""
+    from safetensors import safe_open
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    path = os.path.join(folder, "model.safetensors")
+    with safe_open(path, "pt") as f:
+        quantized = any(k.endswith("_scale") for k in f.keys())
+    if not quantized:
+        return Qwen2ForCausalLM.from_pretrained(folder, dtype=dtype)
+    model = Qwen2ForCausalLM(Qwen2Config.from_pretrained(folder))
+    missing, unexpected = model.load_state_dict(load_q8_0(path), strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    model.tie_weights()
+    return model.to(dtype)
 
 
 def rms_norm(x, weight, eps=RMS_EPS):
@@ -196,8 +208,7 @@ def save_mtp(head, path):
 
 
 def load_mtp(path, config):
-    from safetensors.torch import load_file
-    tensors = load_file(path)
+    tensors = load_q8_0(path)
     head = MTPHead(config, tensors["mtp.layer.mlp.gate_proj.weight"].shape[0])
     head.load_state_dict({k[len("mtp."):]: v.float() for k, v in tensors.items()})
     return head
@@ -212,3 +223,66 @@ class PreNormHidden:
 
     def _hook(self, module, args):
         self.value = args[0]
+
+
+def is_quantized(name, tensor):
+    """Matrices go to Q8_0 (linear weights and the tied embedding table); norms and biases stay bf16."""
+    return tensor.dim() == 2 and name.endswith(".weight") and tensor.shape[1] % Q8_BLOCK == 0
+
+
+def q8_0(w):
+    """llama.cpp's Q8_0 of a [out, in] matrix: per block of 32, d = absmax / 127 (stored f16), q = round(w / d).
+    Returns (int8 q [out, in], f16 d [out, in / 32])."""
+    blocks = w.detach().float().reshape(w.shape[0], -1, Q8_BLOCK)
+    d = (blocks.abs().amax(-1) / 127).half()
+    inv = torch.where(d.float() > 0, 1 / d.float(), torch.zeros_like(d.float()))
+    q = torch.round(blocks * inv[..., None]).clamp(-127, 127).to(torch.int8)
+    return q.reshape(w.shape), d
+
+
+def dequant_q8_0(q, d):
+    return (q.float().reshape(q.shape[0], -1, Q8_BLOCK) * d.float()[..., None]).reshape(q.shape)
+
+
+@torch.no_grad()
+def round_trip_q8_0(module):
+    """Replaces every matrix that ships as Q8_0 by its dequantised value (and the rest by bf16's): the module then
+    computes with exactly the shipped bytes, so evaluation measures what users run."""
+    for name, p in module.named_parameters():
+        if is_quantized(name, p):
+            p.copy_(dequant_q8_0(*q8_0(p)))
+        else:
+            p.copy_(p.to(torch.bfloat16).float())
+    return module
+
+
+def save_q8_0(path, tensors, metadata=None):
+    """Writes safetensors with MODEL_FORMAT.md's Q8_0 convention: `X.weight` int8 [out, in] plus `X.weight_scale`
+    f16 [out, in / 32]; other tensors bf16. tensors: name -> tensor. Tied lm_head is not written."""
+    from safetensors.torch import save_file
+    out = {}
+    for name, t in tensors.items():
+        if is_quantized(name, t):
+            q, d = q8_0(t)
+            out[name], out[name + "_scale"] = q.contiguous().cpu(), d.contiguous().cpu()
+        else:
+            out[name] = t.detach().to(torch.bfloat16).contiguous().cpu()
+    save_file(out, path, metadata=metadata or {"format": "pt"})
+
+
+def load_q8_0(path):
+    """Reads save_q8_0's file back as float tensors (dequantised)."""
+    from safetensors.torch import load_file
+    raw = load_file(path)
+    return {k: dequant_q8_0(v, raw[k + "_scale"]) if k + "_scale" in raw else v.float()
+            for k, v in raw.items() if not k.endswith("_scale")}
+
+
+def ship_q8_0(folder, mtp_path=None):
+    """Rewrites a saved folder's model.safetensors (and the MTP head's file) in Q8_0."""
+    from safetensors.torch import load_file
+    for path, meta in ((os.path.join(folder, "model.safetensors"), {"format": "pt"}),
+                       (mtp_path, {"format": "runahead-mtp", "version": "1"})):
+        if path and os.path.exists(path):
+            tensors = {k: v.float() for k, v in load_file(path).items() if k != "lm_head.weight"}
+            save_q8_0(path, tensors, meta)

@@ -4,12 +4,12 @@
     python3 engine/train/train.py --smoke all         # every stage on a sliver, tiny shapes, seconds
     python3 engine/train/train.py eval                # one stage; earlier stages' outputs are read back
 
-Stages: corpus tokenizer target mtp draft eval. Training stages are time-boxed
-(--seconds-*): the learning-rate schedule follows elapsed time, and the step
-count reached is logged; pass --steps N to repeat a run step for step.
-Outputs: engine/models/runahead-coder/ (target, mtp.safetensors, draft/),
-engine/train/logs/ (curves, logs, eval), engine/train/splits/; --export DIR
-also tars them there after every stage.
+Stages: corpus tokenizer target mtp draft eval ship. Training stages run a
+fixed number of steps (--steps-*), seeded, so a run repeats step for step.
+Outputs: engine/models/runahead-coder/ (target, mtp.safetensors, draft/, in
+Q8_0 after `ship`), engine/train/logs/ (curves, logs, eval),
+engine/train/splits/; --export DIR also tars them there after every stage, in
+pieces of at most 15 MB (what a GPU run can bring back).
 """
 import argparse
 import json
@@ -17,6 +17,8 @@ import math
 import os
 import pickle
 import random
+import shutil
+import subprocess
 import sys
 import tarfile
 import time
@@ -36,6 +38,9 @@ from tokenizer import SPECIAL, load_tokenizer, save_tokenizer, train_tokenizer  
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SEED = 1234
+CORPUS_ARCHIVE = ".corpus/corpus.jsonl.xz"
+TARGET_BATCH = 64
+BUNDLE_LIMIT = 24_000_000
 
 
 class Run:
@@ -48,15 +53,16 @@ class Run:
                                         else os.path.join(ROOT, "engine/models/runahead-coder"))
         self.logs = os.path.join(self.work, "logs") if self.smoke else os.path.join(HERE, "logs")
         self.splits = os.path.join(self.work, "splits") if self.smoke else os.path.join(HERE, "splits")
-        self.ship = args.ship_draft
-        self.aside = "tv" if self.ship == "kl" else "kl"
-        self.aside_dir = os.path.join(self.work, f"draft-{self.aside}")
+        self.draft_dirs = {name: os.path.join(self.work, f"draft-{name}") for name in DRAFT_LOSSES}
+        self.master = os.path.join(self.work, "bf16")  # the trained weights before Q8_0, kept for the record
+        self.baseline = args.baseline
         for d in (self.work, self.logs, self.splits):
             os.makedirs(d, exist_ok=True)
         self.vocab = M.SMOKE_VOCAB if self.smoke else M.VOCAB
         self.target_shape = M.SMOKE_TARGET if self.smoke else M.TARGET
         self.draft_shape = M.SMOKE_DRAFT if self.smoke else M.DRAFT
         self.seq = 128 if self.smoke else M.SEQ
+        self.head_seq = 128 if self.smoke else M.SEQ // 2  # MTP and draft distil on shorter windows: same signal, half the time
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self._docs = self._streams = self._tok = None
 
@@ -89,7 +95,7 @@ class Run:
                 t0 = time.time()
                 arrays = dict(train=data.build_stream(self.tok(), train, SEED),
                               held=data.build_stream(self.tok(), held, SEED + 1),
-                              plain=data.build_stream(self.tok(), held, SEED + 2, repeat_js=1, fim_rate=0.0))
+                              plain=data.build_stream(self.tok(), held, SEED + 2, repeat={}, fim_rate=0.0))
                 np.savez(path, **arrays)
                 log(f"streams: train {len(arrays['train']) / 1e6:.1f}M tokens, held-out {len(arrays['held']) / 1e6:.2f}M, "
                     f"{time.time() - t0:.0f}s")
@@ -98,30 +104,24 @@ class Run:
         return self._streams
 
     def export(self):
-        """Tars the model folder, the KL draft, logs and splits into --export (what a GPU run brings back)."""
+        """Tars the model folder, both drafts, the bf16 master, logs and splits into --export as pieces of at most
+        15 MB (`cat weights.tar.* | tar -x` joins them); logs travel apart so they come back even if weights do not."""
         out = self.args.export
         if not out:
             return
-        # Files come back at most 16 MB each: the target, its heads, and the KL draft travel apart.
-        def is_head(info):
-            parts = info.name.split("/")
-            return len(parts) > 1 and parts[1] in ("draft", "mtp.safetensors")
-
-        def target(info):
-            return None if is_head(info) else info
-
-        def heads(info):
-            return info if is_head(info) or info.name == "runahead-coder" else None
-
-        for tar_name, path, name, keep in (("target.tar", self.model_dir, "runahead-coder", target),
-                                           ("heads.tar", self.model_dir, "runahead-coder", heads),
-                                           (f"draft-{self.aside}.tar", self.aside_dir, f"draft-{self.aside}", None)):
-            if os.path.exists(path):
-                with tarfile.open(os.path.join(out, tar_name), "w") as t:
-                    t.add(path, arcname=name, filter=keep)
         with tarfile.open(os.path.join(out, "logs.tar"), "w") as t:
             t.add(self.logs, arcname="logs")
             t.add(self.splits, arcname="splits")
+        path = os.path.join(self.work, "weights.tar")
+        with tarfile.open(path, "w") as t:
+            for folder, name in [(self.model_dir, "runahead-coder"), (self.master, "bf16")] + \
+                    [(d, f"draft-{n}") for n, d in self.draft_dirs.items()]:
+                if os.path.exists(folder):
+                    t.add(folder, arcname=name)
+        for old in os.listdir(out):
+            if old.startswith("weights.tar."):
+                os.remove(os.path.join(out, old))
+        subprocess.run(["split", "-b", "15M", "-d", path, os.path.join(out, "weights.tar.")], check=True)
 
 
 def log(msg):
@@ -138,19 +138,17 @@ def autocast(run):
     return torch.autocast(run.device, dtype=torch.bfloat16, enabled=run.device == "cuda")
 
 
-def train_loop(run, name, module, step_fn, lr, seconds, warmup=50):
-    """AdamW, warm-up then cosine to 10% over a time box (or --steps). step_fn(step) -> (loss, metrics dict).
+def train_loop(run, name, module, step_fn, lr, steps, warmup=50):
+    """AdamW, warm-up then cosine to 10% over a fixed number of steps. step_fn(step) -> (loss, metrics dict).
     Logs every 20 steps to logs/NAME.jsonl and draws logs/NAME.png. Returns the steps taken."""
     params = [p for p in module.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=run.device == "cuda")
-    max_steps = 3 if run.smoke else run.args.steps
+    max_steps = 3 if run.smoke else steps
     start, step, rows = time.time(), 0, []
-    while True:
-        frac = step / max_steps if max_steps else (time.time() - start) / seconds
-        if frac >= 1:
-            break
+    while step < max_steps:
+        frac = step / max_steps
         scale = min(1.0, (step + 1) / warmup) * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr * scale
@@ -192,16 +190,18 @@ def plot(run, name, rows):
 
 def stage_corpus(run):
     t0 = time.time()
-    js = os.path.join(ROOT, ".corpus/js.jsonl.gz")
-    train, held = corpus.load_corpus(js, max_packages=30 if run.smoke else None)
+    train, held = corpus.load_corpus(os.path.join(ROOT, CORPUS_ARCHIVE), max_packages=30 if run.smoke else None)
     if run.smoke:
         train, held = train[:300], (held or train[300:])[:60]
     corpus.write_splits(train, held, run.splits)
     with open(os.path.join(run.work, "docs.pkl"), "wb") as f:
         pickle.dump((train, held), f)
     size = lambda docs: sum(len(d["text"]) for d in docs) / 1e6  # noqa: E731
-    log(f"corpus: train {len(train)} files {size(train):.1f} MB ({size([d for d in train if d['language'] == 'python']):.1f} MB "
-        f"python), held-out {len(held)} files {size(held):.1f} MB, {time.time() - t0:.0f}s")
+    per_language = {lang: (round(size([d for d in train if d["language"] == lang]), 1),
+                           round(size([d for d in held if d["language"] == lang]), 1))
+                    for lang in sorted({d["language"] for d in train + held})}
+    log(f"corpus: train {len(train)} files {size(train):.1f} MB, held-out {len(held)} files {size(held):.1f} MB, "
+        f"MB (train, held-out) per language {per_language}, {time.time() - t0:.0f}s")
 
 
 def stage_tokenizer(run):
@@ -232,7 +232,7 @@ def stage_target(run):
     model = M.make_qwen2(run.target_shape, run.vocab, run.eos()).to(run.device)
     log(f"target: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
     gen = torch.Generator(device=run.device).manual_seed(SEED)
-    batch = run.scale(128)
+    batch = run.scale(TARGET_BATCH)
 
     def step(i):
         x = windows(train, batch, run.seq, gen)
@@ -241,9 +241,9 @@ def stage_target(run):
         return F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten()), {}
 
     model.train()
-    steps = train_loop(run, "target", model, step, lr=3e-3, seconds=run.args.seconds_target)
+    steps = train_loop(run, "target", model, step, lr=2e-3, steps=run.args.steps_target, warmup=100)
     model.eval()
-    M.save_qwen2(model, run.model_dir, run.model_dir)
+    M.save_qwen2(model, run.model_dir, run.model_dir, run.args.fim_order)
     log(f"target: held-out loss {held_out_loss(run, model, held):.4f} after {steps} steps")
 
 
@@ -291,7 +291,7 @@ def stage_mtp(run, depth=3):
     head = M.MTPHead(target.config, M.MTP_INTERMEDIATE if not run.smoke else 48).to(run.device)
     head.init_from(target)
     gen = torch.Generator(device=run.device).manual_seed(SEED + 1)
-    batch, T = run.scale(32), run.seq
+    batch, T = run.scale(48), run.head_seq
 
     def step(i):
         x = windows(train, batch, T, gen)[:, :-1]
@@ -307,7 +307,7 @@ def stage_mtp(run, depth=3):
                 agree.append((q.argmax(-1) == p.argmax(-1)).float().mean())
         return sum(losses) / depth, {f"top1_d{d}": a for d, a in enumerate(agree, 1)}
 
-    train_loop(run, "mtp", head, step, lr=1e-3, seconds=run.args.seconds_mtp, warmup=20)
+    train_loop(run, "mtp", head, step, lr=1e-3, steps=run.args.steps_mtp, warmup=20)
     path = os.path.join(run.model_dir, "mtp.safetensors")
     M.save_mtp(head, path)
     from safetensors import safe_open
@@ -341,22 +341,25 @@ def sample_target(run, target, stream, batches, batch, prompt, new):
     return torch.cat(out)
 
 
+DRAFT_LOSSES = ("kl", "kl+tv")
+
+
 def stage_draft(run):
+    """One draft distilled with KL from the target (corpus windows and the target's own continuations), then a copy
+    fine-tuned with total variation + 0.1 KL, the loss aimed at acceptance; eval measures both, ship keeps the better."""
     train, _, _ = run.streams()
     target, _ = load_target(run)
     t0 = time.time()
     batches, batch, prompt, new = (2, 4, 16, 16) if run.smoke else (run.args.sample_batches, 256, 128, 256)
     samples = sample_target(run, target, train, batches, batch, prompt, new)
     log(f"draft: {samples.numel() / 1e6:.2f}M tokens sampled from the target in {time.time() - t0:.0f}s")
-    steps = None
-    for loss_name in ("tv", "kl"):
-        torch.manual_seed(SEED)
-        draft = M.make_qwen2(run.draft_shape, run.vocab, run.eos()).to(run.device)
-        gen = torch.Generator(device=run.device).manual_seed(SEED + 3)
-
+    torch.manual_seed(SEED)
+    draft = M.make_qwen2(run.draft_shape, run.vocab, run.eos()).to(run.device)
+    gen = torch.Generator(device=run.device).manual_seed(SEED + 3)
+    for loss_name, steps in (("kl", run.args.steps_draft), ("kl+tv", run.args.steps_draft_tv)):
         def step(i):
             if i % 2 == 0:
-                x = windows(train, run.scale(64), run.seq, gen)[:, :-1]
+                x = windows(train, run.scale(64), run.head_seq, gen)[:, :-1]
             else:
                 x = samples[torch.randint(0, len(samples), (run.scale(128),), device=run.device, generator=gen)]
             with torch.no_grad(), autocast(run):
@@ -366,19 +369,16 @@ def stage_draft(run):
             p, q = F.softmax(p_logits.float(), -1), F.softmax(q_logits.float(), -1)
             tv = 0.5 * (p - q).abs().sum(-1).mean()
             k = kl(p_logits, q_logits).mean()
-            loss = tv + 0.1 * k if loss_name == "tv" else k
+            loss = tv + 0.1 * k if loss_name == "kl+tv" else k
             agree = (p_logits.argmax(-1) == q_logits.argmax(-1)).float().mean()
             return loss, {"tv": tv, "kl": k, "top1": agree}
 
-        if steps is not None:
-            run.args.steps = steps  # the KL draft gets exactly the TV draft's steps: a fair comparison
         draft.train()
-        steps = train_loop(run, f"draft-{loss_name}", draft, step, lr=3e-3, seconds=run.args.seconds_draft)
+        train_loop(run, f"draft-{loss_name}", draft, step, lr=3e-3 if loss_name == "kl" else 5e-4, steps=steps,
+                   warmup=50 if loss_name == "kl" else 10)
         draft.eval()
-        folder = os.path.join(run.model_dir, "draft") if loss_name == run.ship else run.aside_dir
-        M.save_qwen2(draft, folder, run.model_dir)
+        M.save_qwen2(draft, run.draft_dirs[loss_name], run.model_dir, run.args.fim_order)
         run.export()
-    run.args.steps = None
 
 
 def left_padded(prompts, pad, device):
@@ -393,45 +393,48 @@ def left_padded(prompts, pad, device):
 
 @torch.no_grad()
 def greedy(model, prompts, new, stop, pad, device, batch=100):
-    """Greedy continuations (lists of ids, the stop token included when reached), batched with left padding."""
-    outs = []
+    """Greedy continuations (lists of ids, the first stop token included when reached), batched with left padding
+    and a KV cache (transformers' generate)."""
+    outs, stop_set = [], set(stop.tolist())
     for b in range(0, len(prompts), batch):
         ids, mask = left_padded(prompts[b:b + batch], pad, device)
-        done = torch.zeros(len(ids), dtype=torch.bool, device=device)
-        gen = []
-        for _ in range(new):
-            pos = (mask.cumsum(1) - 1).clamp(min=0)
-            nxt = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1,
-                        use_cache=False).logits[:, -1].argmax(-1)
-            gen.append(torch.where(done, -1, nxt))
-            done |= torch.isin(nxt, stop)
-            ids = torch.cat([ids, nxt[:, None]], 1)
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
-            if done.all():
-                break
-        rows = torch.stack(gen, 1).tolist()
-        outs += [[t for t in row if t >= 0] for row in rows]
+        gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=0,
+                             do_sample=False, eos_token_id=sorted(stop_set) or None, pad_token_id=pad,
+                             top_k=None, top_p=None, temperature=None)[:, ids.shape[1]:].tolist()
+        for row in gen:
+            cut = next((i for i, t in enumerate(row) if t in stop_set), None)
+            outs.append(row if cut is None else row[:cut + 1])
     return outs
 
 
-def fim_prompt(run, task, order):
-    enc = lambda s: run.tok().encode(s, add_special_tokens=False).ids  # noqa: E731
-    pre, suf, mid = (run.tok().token_to_id(s) for s in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
+def fim_prompt(tok, task, order, repo_level=True):
+    """The prompt the server builds (server/src/completion/fim.ts): with repo-level context, the workspace folder's
+    name and the file's path first; then prefix and suffix in the model's order."""
+    enc = lambda s: tok.encode(s, add_special_tokens=False).ids  # noqa: E731
+    pre, suf, mid, repo, sep = (tok.token_to_id(s) for s in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
+                                                             "<|repo_name|>", "<|file_sep|>"))
+    head = [repo] + enc(task["package"] + "\n") + [sep] + enc(task["path"] + "\n") if repo_level else []
     if order == "psm":
-        return [pre] + enc(task["prefix"]) + [suf] + enc(task["suffix"]) + [mid]
-    return [suf] + enc(task["suffix"]) + [pre] + enc(task["prefix"]) + [mid]
+        return head + [pre] + enc(task["prefix"]) + [suf] + enc(task["suffix"]) + [mid]
+    return head + [suf] + enc(task["suffix"]) + [pre] + enc(task["prefix"]) + [mid]
 
 
-def fim_scores(run, tasks, completions):
-    """Exact match and edit similarity; a line task's completion is cut at its first newline (one line asked)."""
-    em, es = [], []
+def fim_scores(tok, tasks, completions):
+    """Per language and overall: first-line exact match, whole-middle exact match (a line task's completion is cut
+    at its first newline: one line was asked), edit similarity, and the share of empty answers."""
+    rows = {}
     for task, ids in zip(tasks, completions):
-        text = run.tok().decode([t for t in ids if t >= len(SPECIAL)])
-        if task["kind"] != "block":
-            text = text.split("\n")[0]
-        em.append(text.rstrip() == task["middle"].rstrip())
-        es.append(S.edit_similarity(text.rstrip(), task["middle"].rstrip()))
-    return {"exact_match": float(np.mean(em)), "edit_similarity": float(np.mean(es)), "tasks": len(tasks)}
+        text = tok.decode([t for t in ids if t >= len(SPECIAL)])
+        first = text.split("\n")[0].rstrip()
+        whole = first if task["kind"] != "block" else text.rstrip()
+        row = (first == task["middle"].split("\n")[0].rstrip(), whole == task["middle"].rstrip(),
+               S.edit_similarity(whole, task["middle"].rstrip()), not text.strip())
+        for key in (task["language"], "all"):
+            rows.setdefault(key, []).append(row)
+    return {key: {"first_line_exact": round(float(np.mean([r[0] for r in v])), 4),
+                  "exact_match": round(float(np.mean([r[1] for r in v])), 4),
+                  "edit_similarity": round(float(np.mean([r[2] for r in v])), 4),
+                  "empty": round(float(np.mean([r[3] for r in v])), 4), "tasks": len(v)} for key, v in rows.items()}
 
 
 @torch.no_grad()
@@ -480,7 +483,7 @@ def acceptance(run, target, hidden, head, drafts, prompts, gens, ks=(1, 2, 4, 8)
             proposers = {"mtp": S.mtp_proposer(seq, row["mtp"], k), "lookup": lookups[id(row)].proposer(k)}
             for name in drafts:
                 proposers[f"draft-{name}"] = S.draft_model_proposer(seq, row[name], k)
-            proposers[f"lookup+draft-{run.ship}"] = S.combined_proposer(proposers["lookup"], proposers[f"draft-{run.ship}"])
+                proposers[f"lookup+draft-{name}"] = S.combined_proposer(proposers["lookup"], proposers[f"draft-{name}"])
             proposers["lookup+mtp"] = S.combined_proposer(proposers["lookup"], proposers["mtp"])
             for name, propose in proposers.items():
                 tokens, steps = S.simulate(pl, seq, k, propose)
@@ -490,39 +493,86 @@ def acceptance(run, target, hidden, head, drafts, prompts, gens, ks=(1, 2, 4, 8)
     return result
 
 
+EVAL_LANGUAGES = ("python", "javascript", "go", "rust", "c")
+
+
+@torch.no_grad()
+def language_losses(run, model, held_docs, chars=1_500_000):
+    """Held-out loss per language on plain text (no FIM), windows of the training length."""
+    out = {}
+    for lang in EVAL_LANGUAGES:
+        docs = [d for d in held_docs if d["language"] == lang]
+        text, budget = [], chars // (50 if run.smoke else 1)
+        for d in sorted(docs, key=lambda d: corpus.stable_hash(d["path"])):
+            text.append(d)
+            budget -= len(d["text"])
+            if budget <= 0:
+                break
+        if not text:
+            continue
+        stream = torch.from_numpy(data.build_stream(run.tok(), text, SEED + 9, repeat={}, fim_rate=0.0)
+                                  .astype(np.int32)).to(run.device)
+        if len(stream) > run.seq + 1:
+            out[lang] = round(held_out_loss(run, model, stream, n=16), 4)
+    return out
+
+
+def completions_for(run, name, model, tok, tasks, order, repo_level, new=64):
+    eos = tok.token_to_id("<|endoftext|>")
+    stop = torch.arange(len(SPECIAL), device=run.device)
+    prompts = [fim_prompt(tok, t, order, repo_level) for t in tasks]
+    t0 = time.time()
+    outs = greedy(model, prompts, 16 if run.smoke else new, stop, eos, run.device)
+    log(f"eval: {name} {order} {len(tasks)} tasks in {time.time() - t0:.0f}s")
+    return prompts, outs
+
+
 def stage_eval(run):
+    """Everything on the shipped bytes (the Q8_0 files, dequantised), and the previous shipped model on the same tasks."""
     _, held, plain = run.streams()
     _, held_docs = run.docs()
     target, hidden = load_target(run)
     head = M.load_mtp(os.path.join(run.model_dir, "mtp.safetensors"), target.config).to(run.device).eval()
-    drafts = {run.ship: M.load_qwen2(os.path.join(run.model_dir, "draft")).to(run.device).eval(),
-              run.aside: M.load_qwen2(run.aside_dir).to(run.device).eval()}
-    eos = run.eos()
-    stop = torch.arange(len(SPECIAL), device=run.device)
-    n_tasks, n_ltr = (8, 4) if run.smoke else (run.args.fim_tasks, 100)
-    tasks = data.fim_tasks(held_docs, n_tasks, SEED + 4)
+    drafts = {name: M.load_qwen2(d).to(run.device).eval() for name, d in run.draft_dirs.items()}
+    n_tasks, n_ltr = (6, 4) if run.smoke else (run.args.fim_tasks, 100)
+    tasks = [t for i, lang in enumerate(EVAL_LANGUAGES)
+             for t in data.fim_tasks([d for d in held_docs if d["language"] == lang], n_tasks, SEED + 4 + i)]
     report = {"held_out_loss": {"target": held_out_loss(run, target, held),
-                                **{f"draft-{n}": held_out_loss(run, d, held) for n, d in drafts.items()}}}
-    t0 = time.time()
-    fim = {}
-    prompts = {o: [fim_prompt(run, t, o) for t in tasks] for o in ("psm", "spm")}
-    completions = {}
+                                **{f"draft-{n}": held_out_loss(run, d, held) for n, d in drafts.items()}},
+              "held_out_loss_plain_per_language": language_losses(run, target, held_docs),
+              "tasks_per_language": {lang: sum(t["language"] == lang for t in tasks) for lang in EVAL_LANGUAGES}}
+    fim, completions, prompts = {}, {}, {}
     for name, model in [("target", target)] + [(f"draft-{n}", d) for n, d in drafts.items()]:
-        for order in ("psm", "spm"):
-            completions[(name, order)] = greedy(model, prompts[order], 32, stop, eos, run.device)
-            fim[f"{name} {order}"] = fim_scores(run, tasks, completions[(name, order)])
+        for order in (("psm", "spm") if name == "target" else (run.args.fim_order,)):
+            prompts[(name, order)], completions[(name, order)] = completions_for(run, name, model, run.tok(), tasks,
+                                                                                order, True)
+            fim[f"{name} {order}"] = fim_scores(run.tok(), tasks, completions[(name, order)])
+    if run.baseline and os.path.exists(os.path.join(run.baseline, "model.safetensors")):
+        from tokenizer import load_tokenizer as load_tok
+        old, old_tok = M.load_qwen2(run.baseline).to(run.device).eval(), load_tok(run.baseline)
+        with open(os.path.join(run.baseline, "config.json")) as f:
+            old_order = json.load(f).get("runahead", {}).get("fim_order", "psm")
+        _, outs = completions_for(run, "previous model", old, old_tok, tasks, old_order, False)
+        fim[f"previous model {old_order}"] = fim_scores(old_tok, tasks, outs)
+        del old
     report["fim"] = fim
-    report["fim_examples"] = [{"kind": t["kind"], "middle": t["middle"],
+    order = run.args.fim_order
+    report["fim_examples"] = [{"language": t["language"], "kind": t["kind"], "middle": t["middle"],
                                "target": run.tok().decode([i for i in c if i >= len(SPECIAL)])}
-                              for t, c in list(zip(tasks, completions[("target", "psm")]))[:12]]
-    log(f"eval: FIM done in {time.time() - t0:.0f}s")
-    report["acceptance_fim_psm"] = acceptance(run, target, hidden, head, drafts, prompts["psm"],
-                                              completions[("target", "psm")])
+                              for t, c in list(zip(tasks, completions[("target", order)]))[::max(1, len(tasks) // 24)]]
+    report[f"acceptance_fim_{order}"] = acceptance(run, target, hidden, head, drafts, prompts[("target", order)],
+                                                   completions[("target", order)])
     gen = torch.Generator(device=run.device).manual_seed(SEED + 6)
     ltr_prompts = windows(plain, n_ltr, 255, gen).tolist()
-    ltr = greedy(target, ltr_prompts, 16 if run.smoke else 128, torch.tensor([], device=run.device, dtype=torch.long),
-                 eos, run.device)
+    ltr = greedy(target, ltr_prompts, 16 if run.smoke else 128,
+                 torch.tensor([], device=run.device, dtype=torch.long), run.eos(), run.device)
     report["acceptance_left_to_right"] = acceptance(run, target, hidden, head, drafts, ltr_prompts, ltr)
+    # The draft that accepts more alone at k = 4 on completions ships in draft/.
+    k4 = report[f"acceptance_fim_{order}"]["k=4"]
+    ship = max(DRAFT_LOSSES, key=lambda n: k4[f"draft-{n}"])
+    shutil.rmtree(os.path.join(run.model_dir, "draft"), ignore_errors=True)
+    shutil.copytree(run.draft_dirs[ship], os.path.join(run.model_dir, "draft"))
+    report["shipped_draft"] = ship
     sizes = {}
     for dirpath, _, files in os.walk(run.model_dir):
         for f in files:
@@ -532,10 +582,23 @@ def stage_eval(run):
     with open(os.path.join(run.logs, "eval.json"), "w") as f:
         json.dump(report, f, indent=2)
     log("eval: " + json.dumps({k: v for k, v in report.items() if k not in ("fim_examples", "files")}, indent=1))
+    if report["bundle_bytes"] > BUNDLE_LIMIT:
+        raise SystemExit(f"bundle {report['bundle_bytes']} bytes, over {BUNDLE_LIMIT}")
+
+
+def stage_ship(run):
+    """Keeps the bf16 weights in the work folder and rewrites the model folder, its MTP head and both drafts in Q8_0."""
+    shutil.rmtree(run.master, ignore_errors=True)
+    shutil.copytree(run.model_dir, run.master, ignore=shutil.ignore_patterns("draft"))
+    M.ship_q8_0(run.model_dir, os.path.join(run.model_dir, "mtp.safetensors"))
+    for folder in run.draft_dirs.values():
+        M.ship_q8_0(folder)
+    for folder in [run.model_dir] + list(run.draft_dirs.values()):
+        log(f"ship: {folder}/model.safetensors {os.path.getsize(os.path.join(folder, 'model.safetensors')) / 1e6:.2f} MB")
 
 
 STAGES = {"corpus": stage_corpus, "tokenizer": stage_tokenizer, "target": stage_target, "mtp": stage_mtp,
-          "draft": stage_draft, "eval": stage_eval}
+          "draft": stage_draft, "ship": stage_ship, "eval": stage_eval}
 
 
 def main():
@@ -545,14 +608,14 @@ def main():
     ap.add_argument("--work", help="scratch folder (corpus cache, KL draft)")
     ap.add_argument("--model", help="model folder to write (default engine/models/runahead-coder)")
     ap.add_argument("--export", help="folder to tar outputs into after every stage")
-    ap.add_argument("--steps", type=int, help="train this many steps instead of the time box")
-    ap.add_argument("--seconds-target", type=float, default=150)
-    ap.add_argument("--seconds-mtp", type=float, default=40)
-    ap.add_argument("--seconds-draft", type=float, default=40)
-    ap.add_argument("--sample-batches", type=int, default=4)
-    ap.add_argument("--fim-tasks", type=int, default=300)
-    ap.add_argument("--ship-draft", choices=("kl", "tv"), default="kl",
-                    help="which draft goes to draft/ (the other stays in --work): the one that measured better")
+    ap.add_argument("--steps-target", type=int, default=1500)
+    ap.add_argument("--steps-mtp", type=int, default=400)
+    ap.add_argument("--steps-draft", type=int, default=400, help="KL distillation steps")
+    ap.add_argument("--steps-draft-tv", type=int, default=100, help="then TV + 0.1 KL fine-tune steps on a copy")
+    ap.add_argument("--sample-batches", type=int, default=2)
+    ap.add_argument("--fim-tasks", type=int, default=200, help="per language")
+    ap.add_argument("--fim-order", choices=("psm", "spm"), default="spm", help="the order config.json asks the server for")
+    ap.add_argument("--baseline", help="the previously shipped model folder, evaluated on the same tasks")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
