@@ -29,6 +29,7 @@ class CpuBackend final : public Backend {
       : w_(std::move(weights)),
         c_(checked_config(*w_)),
         kernels_(select_kernels()),
+        quant_kernels_(select_quant_kernels()),
         pool_(options.threads > 0 ? options.threads : default_threads()),
         capacity_(options.context_length > 0
                       ? options.context_length
@@ -55,7 +56,8 @@ class CpuBackend final : public Backend {
             {"optimizations",
              {{"simd", kernels_.simd},
               {"threads", pool_.size()},
-              {"weights_in_place", dtype_name(w_->dtype)},
+              {"weights_in_place", weight_formats(*w_)},
+              {"quantized_simd", has_quantized_matrix(*w_) ? quant_kernels_.simd : "none"},
               {"row_blocked_prefill", true},
               {"fused_qkv_and_gate_up_dispatch", true},
               {"gqa_shared_kv_reads", c_.num_heads != c_.num_kv_heads}}}};
@@ -109,7 +111,7 @@ class CpuBackend final : public Backend {
     att_.resize(size_t(n) * q_dim);
     act_.resize(size_t(n) * I);
     up_.resize(size_t(n) * I);
-    const CpuContext cx{pool_, kernels_};
+    const CpuContext cx{pool_, kernels_, quant_kernels_, xq_};
     const AttentionShape shape{c_.num_heads, c_.num_kv_heads, c_.head_dim};
 
     for (int l = 0; l < c_.num_layers; ++l) {
@@ -172,6 +174,7 @@ class CpuBackend final : public Backend {
   std::shared_ptr<const ModelWeights> w_;
   const ModelConfig& c_;
   const Kernels& kernels_;
+  const QuantKernels& quant_kernels_;
   ThreadPool pool_;
   int capacity_;
   KVCache cache_;
@@ -182,6 +185,7 @@ class CpuBackend final : public Backend {
   std::vector<CpuLayer> layers_;
   // Activations of the current forward, [n, width].
   std::vector<float> x_, h_, q_, att_, act_, up_, hidden_;
+  std::vector<Q8Activations> xq_;  // x quantized to int8 for the block-quantized matrices
   bool keep_all_hidden_ = false;
 };
 

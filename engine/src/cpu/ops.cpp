@@ -36,7 +36,7 @@ void rmsnorm_qkv_rope_append(const CpuContext& cx, const CpuLayer& l, const Atte
   const int H = int(l[Role::Wq].cols());
   rmsnorm(cx.pool, x, l.f32(Role::AttnNorm).data(), eps, n, H, h);
   const MatmulJob qkv[] = {{&l[Role::Wq], q}, {&l[Role::Wk], k}, {&l[Role::Wv], v}};
-  matmul(cx.pool, cx.kernels, qkv, h, n);
+  matmul(cx, qkv, h, n);
   add_bias(l.f32(Role::Bq), n, q);
   add_bias(l.f32(Role::Bk), n, k);
   add_bias(l.f32(Role::Bv), n, v);
@@ -50,7 +50,7 @@ void rmsnorm_qkv_rope_append(const CpuContext& cx, const CpuLayer& l, const Atte
 
 void matmul_residual(const CpuContext& cx, const Tensor& w, const float* in, int n, float* tmp, float* x) {
   const MatmulJob job[] = {{&w, tmp}};
-  matmul(cx.pool, cx.kernels, job, in, n);
+  matmul(cx, job, in, n);
   const size_t count = size_t(n) * size_t(w.rows());
   for (size_t i = 0; i < count; ++i) x[i] += tmp[i];
 }
@@ -60,7 +60,7 @@ void rmsnorm_gate_up_swiglu(const CpuContext& cx, const CpuLayer& l, float eps, 
   const int H = int(l[Role::WGate].cols());
   rmsnorm(cx.pool, x, l.f32(Role::MlpNorm).data(), eps, n, H, h);
   const MatmulJob gate_up[] = {{&l[Role::WGate], act}, {&l[Role::WUp], up}};
-  matmul(cx.pool, cx.kernels, gate_up, h, n);
+  matmul(cx, gate_up, h, n);
   swiglu(cx.pool, cx.kernels, act, up, int64_t(n) * l[Role::WGate].rows());
 }
 
@@ -68,7 +68,7 @@ void rmsnorm_lm_head(const CpuContext& cx, const std::vector<float>& norm, const
                      const float* x, int n, float* h, float* logits) {
   rmsnorm(cx.pool, x, norm.data(), eps, n, int(w.cols()), h);
   const MatmulJob head[] = {{&w, logits}};
-  matmul(cx.pool, cx.kernels, head, h, n);
+  matmul(cx, head, h, n);
 }
 
 }  // namespace runahead

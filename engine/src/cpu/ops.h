@@ -7,17 +7,13 @@
 
 #include "cpu/attention.h"
 #include "cpu/kv_cache.h"
+#include "cpu/matmul.h"
 #include "cpu/rope.h"
 #include "cpu/simd/kernels.h"
 #include "cpu/thread_pool.h"
 #include "model/weights.h"
 
 namespace runahead {
-
-struct CpuContext {
-  ThreadPool& pool;
-  const Kernels& kernels;
-};
 
 // A layer's weights as the CPU ops read them: matrices in place, in their own format; norm
 // weights and biases widened to f32 once (empty when the layer has none).
@@ -29,7 +25,7 @@ struct CpuLayer {
 };
 CpuLayer cpu_layer(const LayerWeights& w);
 
-// x[t, :] = embed[tokens[t], :]   embed: [V, H]
+// x[t, :] = embed[tokens[t], :]   embed: [V, H] (a block-quantized row is dequantized)
 void embedding_lookup(const Tensor& embed, const int32_t* tokens, int n, float* x);
 
 // h = rmsnorm(x) * attn_norm; q = h Wq^T + bq, k = h Wk^T + bk, v = h Wv^T + bv; per head

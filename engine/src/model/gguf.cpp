@@ -182,12 +182,11 @@ std::optional<DType> GgufTensor::dense_dtype() const {
 
 std::optional<QuantType> GgufTensor::quant_type() const { return quant_type_of_ggml(type); }
 
-Tensor GgufTensor::dense(const std::string& as) const {
-  const auto dtype = dense_dtype();
-  if (!dtype)
-    throw EngineError("model_error", "tensor '" + name + "' is " + ggml_type_name(type) + ", not a dense type", {},
-                      name, "F32, F16 or BF16");
-  return Tensor{as, *dtype, shape, data};
+Tensor GgufTensor::view(const std::string& as) const {
+  if (const auto dtype = dense_dtype()) return Tensor{as, *dtype, shape, data};
+  if (const auto quant = quant_type()) return Tensor{as, dtype_of(*quant), shape, data};
+  throw EngineError("model_error", "tensor '" + name + "' is " + ggml_type_name(type) + ", which the engine cannot read",
+                    {}, name, "F32, F16, BF16, Q8_0, Q4_K or Q6_K");
 }
 
 // The whole file, mapped read-only and guarded like the safetensors mappings: a file

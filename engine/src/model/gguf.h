@@ -58,8 +58,8 @@ struct GgufTensor {
   std::optional<DType> dense_dtype() const;
   // Q8_0/Q4_K/Q6_K; nullopt for a dense type.
   std::optional<QuantType> quant_type() const;
-  // The dense view (data, dtype, shape) under `name`; throws unless dense_dtype().
-  Tensor dense(const std::string& name) const;
+  // The view (data, storage format, shape) under `name`: a dense dtype or a block format.
+  Tensor view(const std::string& name) const;
 };
 
 class GgufFile {

@@ -1,5 +1,10 @@
 #include "model/layout.h"
 
+#include <algorithm>
+#include <cctype>
+
+#include "model/model_error.h"
+
 namespace runahead {
 
 std::vector<TensorSlot> layer_slots(const ModelConfig& c, const std::string& prefix, LayerWeights& l, int group) {
@@ -30,17 +35,67 @@ std::vector<TensorSlot> tensor_slots(ModelWeights& w) {
   return slots;
 }
 
+namespace {
+
+template <class F>
+void for_each_matrix(const ModelWeights& w, F&& f) {
+  f(w.embed);
+  for (const LayerWeights& l : w.layers)
+    for (const Tensor& t : l.by_role)
+      if (t.shape.size() == 2) f(t);
+  f(w.lm_head);
+}
+
+}  // namespace
+
+std::string weight_formats(const ModelWeights& w) {
+  std::vector<DType> seen;
+  for_each_matrix(w, [&](const Tensor& t) {
+    if (!t.empty() && std::find(seen.begin(), seen.end(), t.dtype) == seen.end()) seen.push_back(t.dtype);
+  });
+  std::string out;
+  for (DType d : seen) {
+    std::string name = dtype_name(d);
+    for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
+    out += (out.empty() ? "" : "+") + name;
+  }
+  return out;
+}
+
+bool has_quantized_matrix(const ModelWeights& w) {
+  bool any = false;
+  for_each_matrix(w, [&](const Tensor& t) { any |= !t.empty() && is_quantized(t.dtype); });
+  return any;
+}
+
 void finish_weights(ModelWeights& w, const std::vector<TensorSlot>& slots) {
   if (w.config.tie_word_embeddings) w.lm_head = w.embed;
   w.dtype = w.embed.dtype;
   w.parameters = 0;
-  w.weight_bytes = 0;
+  for (const TensorSlot& s : slots) w.parameters += s.dst->numel();
+  w.weight_bytes = decode_bytes(w);
+}
+
+void check_matrix_dtypes(const std::vector<TensorSlot>& slots,
+                         const std::function<std::string(const std::string&)>& file_of) {
+  const TensorSlot* first = nullptr;
   for (const TensorSlot& s : slots) {
-    w.parameters += s.dst->numel();
-    w.weight_bytes += s.dst->nbytes();
+    if (s.kind != TensorSlot::Matrix || is_quantized(s.dst->dtype)) continue;
+    if (!first) first = &s;
+    if (s.dst->dtype != first->dst->dtype)
+      model_error(file_of(s.name), s.name,
+                  "tensor '" + s.name + "' is " + dtype_name(s.dst->dtype) + " but '" + first->name + "' is " +
+                      dtype_name(first->dst->dtype),
+                  "the dense weight matrices in one dtype (block-quantized ones may differ)");
   }
-  // A decode step reads one embedding row, not the table, unless the table is also the lm_head.
-  if (!w.config.tie_word_embeddings) w.weight_bytes -= w.embed.nbytes();
+}
+
+size_t decode_bytes(const ModelWeights& w) {
+  size_t bytes = w.final_norm.nbytes() + w.lm_head.nbytes();
+  for (const LayerWeights& l : w.layers)
+    for (const Tensor& t : l.by_role)
+      if (!t.empty()) bytes += t.nbytes();
+  return bytes;
 }
 
 }  // namespace runahead

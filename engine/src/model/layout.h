@@ -2,6 +2,7 @@
 // The tensors a model binds: Hugging Face name, shape from the config, and where each one
 // goes in ModelWeights. The layer's tensors come from its architecture (model/arch/);
 // loading, random weights and drafter heads share this list.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,15 @@ std::vector<TensorSlot> layer_slots(const ModelConfig& c, const std::string& pre
 
 // The slots of w.config's architecture; resizes w.layers. lm_head is a slot only when untied.
 std::vector<TensorSlot> tensor_slots(ModelWeights& w);
+
+// Backends run the dense matrices in one dtype (block-quantized ones may mix): throws
+// model_error naming the first matrix in another dense dtype than the first dense matrix.
+void check_matrix_dtypes(const std::vector<TensorSlot>& slots,
+                         const std::function<std::string(const std::string&)>& file_of);
+
+// The bytes a decode step reads: every layer tensor, the final norm and the lm_head (one
+// embedding row is not counted; a tied table counts once, as the head).
+size_t decode_bytes(const ModelWeights& w);
 
 // After every slot is filled: ties lm_head to embed if asked, sets dtype, parameters, weight_bytes.
 void finish_weights(ModelWeights& w, const std::vector<TensorSlot>& slots);

@@ -1,18 +1,41 @@
 #include "model/numerics.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "cpu/quant_blocks.h"
 #include "model/half.h"
 
 namespace runahead {
 
+namespace {
+
+// dst[i] = t[offset + i] for a block-quantized t: each row the range touches is dequantized.
+void dequantize_range(const Tensor& t, int64_t offset, int64_t count, float* dst) {
+  const int64_t cols = t.shape.back();
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t done = 0; done < count;) {
+    const int64_t r = (offset + done) / cols, c = (offset + done) % cols, n = std::min(cols - c, count - done);
+    const uint8_t* src = static_cast<const uint8_t*>(t.data) + size_t(r) * row_bytes(t.dtype, cols);
+    float* out = c == 0 && n == cols ? dst + done : row.data();
+    dequantize_row(*quant_type_of(t.dtype), src, cols, out);
+    if (out == row.data()) std::copy_n(row.data() + c, n, dst + done);
+    done += n;
+  }
+}
+
+}  // namespace
+
 void widen(const Tensor& t, int64_t offset, int64_t count, float* dst) {
+  if (is_quantized(t.dtype)) return dequantize_range(t, offset, count, dst);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t j = offset + i;
     switch (t.dtype) {
       case DType::F32: dst[i] = static_cast<const float*>(t.data)[j]; break;
       case DType::F16: dst[i] = f16_to_f32(static_cast<const uint16_t*>(t.data)[j]); break;
       case DType::BF16: dst[i] = bf16_to_f32(static_cast<const uint16_t*>(t.data)[j]); break;
+      case DType::I8: dst[i] = static_cast<const int8_t*>(t.data)[j]; break;
+      default: break;  // block formats: dequantize_range
     }
   }
 }

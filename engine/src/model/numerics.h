@@ -7,7 +7,8 @@
 
 namespace runahead {
 
-// dst[i] = t[offset + i] widened to f32 (norm weights, biases, embedding rows).
+// dst[i] = t[offset + i] widened to f32 (norm weights, biases, embedding rows); a
+// block-quantized tensor is dequantized.
 void widen(const Tensor& t, int64_t offset, int64_t count, float* dst);
 // The whole tensor in f32; empty for an empty tensor.
 std::vector<float> widen(const Tensor& t);

@@ -85,13 +85,7 @@ ModelWeights load_model(const std::filesystem::path& dir, const ProgressFn& prog
     if (i + 1 == slots.size() || slots[i + 1].group != slots[i].group)
       report("binding", slots[i].group + 1, groups);
   }
-  // Backends run every matrix in one dtype; norms and biases may differ.
-  for (const TensorSlot& s : slots)
-    if (s.kind == TensorSlot::Matrix && s.dst->dtype != w.embed.dtype)
-      model_error(binder.file_of(s.name), s.name,
-                  "tensor '" + s.name + "' is " + dtype_name(s.dst->dtype) + " but the embedding is " +
-                      dtype_name(w.embed.dtype),
-                  "all weight matrices in one dtype");
+  check_matrix_dtypes(slots, [&](const std::string& name) { return binder.file_of(name); });
   for (const TensorSlot& s : slots) check_finite_sample(*s.dst, binder.file_of(s.name));
   finish_weights(w, slots);
   w.storage = store;

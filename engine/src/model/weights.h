@@ -28,12 +28,18 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   Tensor final_norm;              // [H]
   Tensor lm_head;                 // [V, H]; the same data as embed when tied
-  DType dtype = DType::BF16;      // format of the embedding (the matrices share it today)
+  DType dtype = DType::BF16;      // format of the embedding; dense matrices share it or one other dense
+                                  // dtype, block-quantized ones (Q8_0/Q4_K/Q6_K) may mix
   int64_t parameters = 0;         // counted once even when tied
   size_t weight_bytes = 0;        // bytes one decode step reads (embed row excluded, lm_head included)
   std::string source;             // model folder, or "random:<shape>"
   std::shared_ptr<void> storage;  // keeps the mapping / random buffers alive
 };
+
+// The storage formats of the matrices (embedding, layers, lm_head), lower case, each once in
+// order of first use and joined by '+': "bf16", "q8_0", "q4_k+q6_k", "bf16+q8_0".
+std::string weight_formats(const ModelWeights& w);
+bool has_quantized_matrix(const ModelWeights& w);
 
 using ProgressFn = std::function<void(const std::string& stage, int64_t done, int64_t total)>;
 

@@ -116,7 +116,8 @@ std::string describe(const AttnShape& s, int n, const char* extra = "") {
 struct Context {
   ThreadPool pool{2};
   const Kernels& kernels = select_kernels();
-  CpuContext cx() { return {pool, kernels}; }
+  std::vector<Q8Activations> xq;
+  CpuContext cx() { return {pool, kernels, select_quant_kernels(), xq}; }
 };
 
 // q (or k) heads of `width` values at rows [t]: rotate_half RoPE at position p, in double.

@@ -40,8 +40,8 @@ struct Kernels {
       case DType::F32: return matmul_f32;
       case DType::F16: return matmul_f16;
       case DType::BF16: return matmul_bf16;
+      default: return nullptr;  // I8 and block formats: cpu/matmul.cpp dispatches them to the quantized kernels
     }
-    return matmul_f32;
   }
 };
 
