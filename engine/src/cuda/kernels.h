@@ -37,14 +37,20 @@ void embedding_lookup(const void* embed, DType dtype, int H, const int32_t* toke
                       cudaStream_t stream);
 
 // rmsnorm_qkv_rope.cu — for each token t at position p = *pos + t:
-//   h = rmsnorm(x[t]) * norm;  [q | k | v] = h W^T + bias;  rotate q and k by RoPE(p);
-//   q_out[t] = q;  k_cache[p] = k;  v_cache[p] = v.
+//   h = rmsnorm(x[t]) * norm;  [q | k | v] = h W^T + bias;  with q/k norms (Qwen3) each q head
+//   = rmsnorm(q head) * q_norm and each k head = rmsnorm(k head) * k_norm;  rotate q and k by
+//   RoPE(p);  q_out[t] = q;  k_cache[p] = k;  v_cache[p] = v.
 // W: [(heads + 2 kv_heads) * head_dim, H] (q rows, then k, then v); rope_cos/sin: [capacity, head_dim / 2].
+// Without q/k norms one kernel does it all; with them the projection goes to `qkv` and a
+// second kernel (bias_rope_append's) normalises each head, rotates and appends.
 struct QkvRope {
   const void* w = nullptr;
   DType dtype = DType::BF16;
   const float* bias = nullptr;  // [(heads + 2 kv_heads) * head_dim] or null
   const float* norm = nullptr;  // [H]
+  const float* q_norm = nullptr;  // [head_dim] or null (then k_norm is null too)
+  const float* k_norm = nullptr;  // [head_dim]
+  float* qkv = nullptr;  // [n, (heads + 2 kv_heads) * head_dim] scratch; only with q/k norms
   float eps = 1e-6f;
   const float* rope_cos = nullptr;
   const float* rope_sin = nullptr;
@@ -116,13 +122,14 @@ void sample_token(const float* logits, int V, SamplingState* state, const StepEn
 // h[t, :] = bf16(rmsnorm(x[t]) * norm)   x: [n, H], h: [n, H]
 void rmsnorm_to_bf16(const float* x, const float* norm, float eps, int n, int H, void* h, cudaStream_t stream);
 // c[t, r] (+)= a[t, :] . W[r, :]   a: [n, K] bf16, W: [rows, K] bf16, c: [n, rows] f32;
-// accumulate adds to c instead of overwriting it. K must be a multiple of 32, rows of 2.
+// accumulate adds to c instead of overwriting it. K must be a multiple of 8, rows of 2.
 void gemm_bf16(const void* a, const void* w, int n, int rows, int K, float* c, bool accumulate,
                cudaStream_t stream);
 // As gemm_bf16, written as bf16 (no accumulate): c: [n, rows] bf16.
 void gemm_bf16_to_bf16(const void* a, const void* w, int n, int rows, int K, void* c, cudaStream_t stream);
-// For each token t at p = *pos + t: qkv[t] += bias; RoPE on its q and k parts; q_out[t] = q,
-// k_cache[p] = k, v_cache[p] = v.   qkv: [n, (heads + 2 kv_heads) * head_dim]
+// For each token t at p = *pos + t: qkv[t] += bias; the q/k norms of each head when `a` has
+// them; RoPE on its q and k parts; q_out[t] = q, k_cache[p] = k, v_cache[p] = v.
+// qkv: [n, (heads + 2 kv_heads) * head_dim]
 void bias_rope_append(const QkvRope& a, const float* qkv, int n, const int* pos, float* q_out,
                       cudaStream_t stream);
 // act[t, j] = bf16(silu(gu[t, j]) * gu[t, I + j])   gu: [n, 2I] bf16, act: [n, I] bf16

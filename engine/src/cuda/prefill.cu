@@ -34,8 +34,9 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
-// grid (ceil(rows / 128), ceil(n / 128)); rows of A past n and of W past `rows` read as zeros.
-// Out is float (accumulate adds to c) or __nv_bfloat16 (accumulate is not offered).
+// grid (ceil(rows / 128), ceil(n / 128)); rows of A past n, of W past `rows` and columns past K
+// (the last K tile when K % 32 != 0; K % 8 == 0 keeps each 16-byte chunk wholly in or out) read as
+// zeros. Out is float (accumulate adds to c) or __nv_bfloat16 (accumulate is not offered).
 template <class Out>
 __global__ void __launch_bounds__(kGemmThreads) gemm_bf16_tn_128x128(const __nv_bfloat16* a, const __nv_bfloat16* w,
                                                                     int n, int rows, int K, Out* c,
@@ -45,7 +46,7 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_bf16_tn_128x128(const __nv_
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
   const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
   const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
-  const int ktiles = K / kBK;
+  const int ktiles = (K + kBK - 1) / kBK;
 
   // Stage s: A tile at base + s * 2 * kTileBytes, W tile right after it.
   auto load_stage = [&](int stage, int kt) {
@@ -54,9 +55,9 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_bf16_tn_128x128(const __nv_
     for (int i = 0; i < 2; ++i) {
       const int chunk = tid + i * kGemmThreads, r = chunk / 4, cc = chunk % 4;
       const int k = kt * kBK + cc * 8;
-      const bool a_ok = m0 + r < n, w_ok = n0 + r < rows;
-      cp_async16(sa + tile_offset(r, cc), a + size_t(a_ok ? m0 + r : 0) * K + k, a_ok);
-      cp_async16(sb + tile_offset(r, cc), w + size_t(w_ok ? n0 + r : 0) * K + k, w_ok);
+      const bool k_ok = k < K, a_ok = k_ok && m0 + r < n, w_ok = k_ok && n0 + r < rows;
+      cp_async16(sa + tile_offset(r, cc), a + size_t(a_ok ? m0 + r : 0) * K + (k_ok ? k : 0), a_ok);
+      cp_async16(sb + tile_offset(r, cc), w + size_t(w_ok ? n0 + r : 0) * K + (k_ok ? k : 0), w_ok);
     }
   };
 
@@ -281,9 +282,9 @@ bool gemm_bf16_lt(const void* a, const void* w, int n, int rows, int K, Out* c, 
 
 template <class Out>
 void gemm(const void* a, const void* w, int n, int rows, int K, Out* c, bool accumulate, cudaStream_t stream) {
-  if (K % kBK != 0 || rows % 2 != 0)
-    throw EngineError("unsupported", "gemm_bf16 needs K % 32 == 0 and an even row count, got K " + std::to_string(K) +
-                                         ", rows " + std::to_string(rows));
+  if (K % 8 != 0 || rows % 2 != 0)
+    throw EngineError("unsupported", "gemm_bf16 needs K % 8 == 0 (16-byte rows) and an even row count, got K " +
+                                         std::to_string(K) + ", rows " + std::to_string(rows));
 #ifdef RUNAHEAD_CUBLASLT
   if (use_cublaslt() && gemm_bf16_lt(a, w, n, rows, K, c, accumulate, stream)) return;
 #endif
