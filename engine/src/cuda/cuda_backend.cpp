@@ -67,9 +67,10 @@ DeviceBuffer upload_f32(std::initializer_list<const Tensor*> parts) {
   return values.empty() ? DeviceBuffer() : upload(values.data(), values.size() * sizeof(float));
 }
 
-// One layer on the device: q/k/v and gate/up stacked by rows for the fused kernels.
+// One layer on the device: q/k/v and gate/up stacked by rows for the fused kernels; q_norm and
+// k_norm only for architectures with per-head q/k norms (Qwen3).
 struct DeviceLayer {
-  DeviceBuffer wqkv, bqkv, wo, w_gate_up, w_down, attn_norm, mlp_norm;
+  DeviceBuffer wqkv, bqkv, q_norm, k_norm, wo, w_gate_up, w_down, attn_norm, mlp_norm;
   // The matrix a MatmulResidual op names.
   const void* matrix(Role r) const {
     if (r == Role::Wo) return wo.get();
@@ -385,10 +386,9 @@ class CudaBackendImpl final : public CudaBackend {
          "hidden, intermediate and attention widths divisible by " + std::to_string(E));
     need(c_.hidden_size % 2 == 0 && c_.vocab_size % 2 == 0, "even hidden and vocabulary sizes");
     need(hd % 4 == 0 && hd <= 128 && 128 % (hd / 4) == 0, "a head_dim of 8, 16, 32, 64 or 128");
-    // Ops whose parts these kernels do not implement: refused by name, never skipped.
-    need(w_->layers.empty() || w_->layers[0][Role::QNorm].empty(),
-         "no per-head q/k RMSNorm (rmsnorm_qkv_rope_append with q_norm/k_norm, as " + c_.architecture + " has)");
   }
+
+  bool qk_norm() const { return !w_->layers.empty() && !w_->layers[0][Role::QNorm].empty(); }
 
   void upload_weights() {
     const auto& W = *w_;
@@ -399,6 +399,8 @@ class CudaBackendImpl final : public CudaBackend {
       DeviceLayer d;
       d.wqkv = upload_rows({&l[Role::Wq], &l[Role::Wk], &l[Role::Wv]});
       if (!l[Role::Bq].empty()) d.bqkv = upload_f32({&l[Role::Bq], &l[Role::Bk], &l[Role::Bv]});
+      d.q_norm = upload_f32({&l[Role::QNorm]});
+      d.k_norm = upload_f32({&l[Role::KNorm]});
       d.wo = upload(l[Role::Wo].data, l[Role::Wo].nbytes());
       d.w_gate_up = upload_rows({&l[Role::WGate], &l[Role::WUp]});
       d.w_down = upload(l[Role::WDown].data, l[Role::WDown].nbytes());
@@ -448,9 +450,11 @@ class CudaBackendImpl final : public CudaBackend {
     if (w_->dtype == DType::BF16) {
       const int widest = std::max({H, qd, I});
       h_bf16_ = DeviceBuffer(size_t(rows) * widest * 2);
-      qkv_ = DeviceBuffer(size_t(rows) * qkv_rows * 4);
       gate_up_ = DeviceBuffer(size_t(rows) * 2 * I * 4);
     }
+    // The prefill GEMM's output; with q/k norms also the vector path's projection before them.
+    if (w_->dtype == DType::BF16 || qk_norm())
+      qkv_ = DeviceBuffer(size_t(w_->dtype == DType::BF16 ? rows : kMaxVecTokens) * qkv_rows * 4);
   }
 
   // The persistent decode step (decode_step.h): its layer table and scratch.
@@ -510,6 +514,8 @@ class CudaBackendImpl final : public CudaBackend {
       step_plan_.refused = "RUNAHEAD_CUDA_PERSISTENT unset or 1";
     } else if (layer_ops_ != llama_step()) {  // its phases are Llama's layer, fixed in the kernel
       step_plan_.refused = "a layer of Llama's ops (model/arch/llama.cpp)";
+    } else if (qk_norm()) {
+      step_plan_.refused = "a layer without per-head q/k RMSNorm (" + c_.architecture + " has q_norm/k_norm)";
     } else {
       int device = 0;
       check_cuda(cudaGetDevice(&device), "cudaGetDevice");
@@ -611,6 +617,9 @@ class CudaBackendImpl final : public CudaBackend {
     a.dtype = w_->dtype;
     a.bias = d.bqkv.get<float>();
     a.norm = d.attn_norm.get<float>();
+    a.q_norm = d.q_norm.get<float>();
+    a.k_norm = d.k_norm.get<float>();
+    if (a.q_norm) a.qkv = qkv_.get<float>();
     a.eps = c_.rms_norm_eps;
     a.rope_cos = rope_cos_.get<float>();
     a.rope_sin = rope_sin_.get<float>();

@@ -1,6 +1,8 @@
 // The attention input of a layer in one pass over Wqkv: RMSNorm, the q/k/v projection
-// with its bias, RoPE on q and k, and the append of k and v to the KV cache.
+// with its bias, RoPE on q and k, and the append of k and v to the KV cache. A layer with
+// q/k norms (Qwen3) takes a second, small kernel: each head is normalised whole before RoPE.
 #include <algorithm>
+#include <string>
 
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
@@ -50,8 +52,9 @@ __device__ __forceinline__ void rope_and_store(const QkvRope& a, RowPair r, floa
 }
 
 // One row pair per unit; NT >= n tokens share each pass over the weights. For one token
-// the normalised input is staged in shared memory.
-template <class W, int NT>
+// the normalised input is staged in shared memory. kRaw (q/k norms follow): the projection
+// goes to a.qkv as it is, for bias_qk_norm_rope_append_kernel.
+template <class W, int NT, bool kRaw>
 __global__ void __launch_bounds__(kGemvThreads) rmsnorm_qkv_rope_append_kernel(QkvRope a, const float* x, int n,
                                                                               const int* pos, float* q_out,
                                                                               int split) {
@@ -80,8 +83,14 @@ __global__ void __launch_bounds__(kGemvThreads) rmsnorm_qkv_rope_append_kernel(Q
 #pragma unroll
                          for (int t = 0; t < NT; ++t) {
                            const float scale = NT == 1 ? 1.0f : inv[t];
-                           if (t < n && lane == t)
+                           if (t >= n || lane != t) continue;
+                           if constexpr (kRaw) {
+                             float* row = a.qkv + size_t(t) * (q_dim + 2 * kv_dim);
+                             row[r.first] = acc[0][t] * scale;
+                             row[r.second] = acc[1][t] * scale;
+                           } else {
                              rope_and_store(a, r, acc[0][t] * scale, acc[1][t] * scale, t, p0 + t, q_out);
+                           }
                          }
                        });
 }
@@ -99,23 +108,70 @@ __global__ void bias_rope_append_kernel(QkvRope a, const float* qkv, const int* 
   rope_and_store(a, r, row[r.first], row[r.second], t, *pos + t, q_out);
 }
 
+// With q/k norms (Qwen3): one warp per head of token t = blockIdx.y, q heads then k then v;
+// grid (ceil((heads + 2 kv_heads) / kNormWarps), n). The head (bias added) is staged in shared
+// memory, normalised when it is a q or k head, then rotated and stored as bias_rope_append's.
+constexpr int kNormWarps = 4, kMaxNormHeadDim = 128;
+__global__ void __launch_bounds__(kNormWarps * kWarp) bias_qk_norm_rope_append_kernel(QkvRope a, const float* qkv,
+                                                                                     const int* pos, float* q_out) {
+  __shared__ float staged[kNormWarps][kMaxNormHeadDim];
+  pdl_wait();
+  pdl_trigger();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int hd = a.head_dim, half = hd / 2, head = blockIdx.x * kNormWarps + warp, t = blockIdx.y;
+  if (head >= a.heads + 2 * a.kv_heads) return;
+  const int width = (a.heads + 2 * a.kv_heads) * hd, first = head * hd;
+  const float* norm = head < a.heads ? a.q_norm : head < a.heads + a.kv_heads ? a.k_norm : nullptr;
+  const float* row = qkv + size_t(t) * width + first;
+  float* v = staged[warp];
+  float ss = 0;
+  for (int i = lane; i < hd; i += kWarp) {
+    const float value = row[i] + (a.bias ? a.bias[first + i] : 0.0f);
+    v[i] = value;
+    ss += value * value;
+  }
+  const float inv = norm ? rsqrtf(warp_sum(ss) / float(hd) + a.eps) : 1.0f;
+  __syncwarp();
+  QkvRope unbiased = a;  // the bias is in already
+  unbiased.bias = nullptr;
+  const int p = *pos + t;
+  for (int i = lane; i < half; i += kWarp) {
+    float v0 = v[i], v1 = v[i + half];
+    if (norm) v0 *= inv * norm[i], v1 *= inv * norm[i + half];
+    rope_and_store(unbiased, RowPair{first + i, first + i + half}, v0, v1, t, p, q_out);
+  }
+}
+
 }  // namespace
 
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out, int sms,
                              cudaStream_t stream) {
   const int units = (a.heads + 2 * a.kv_heads) * a.head_dim / 2;
   const size_t smem = n == 1 ? size_t(a.hidden) * sizeof(float) : 0;
+  const bool raw = a.q_norm != nullptr;
   with_weight_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
-    auto kernel = n == 1 ? rmsnorm_qkv_rope_append_kernel<W, 1> : rmsnorm_qkv_rope_append_kernel<W, kMaxVecTokens>;
+    auto kernel = n == 1 ? (raw ? rmsnorm_qkv_rope_append_kernel<W, 1, true> : rmsnorm_qkv_rope_append_kernel<W, 1, false>)
+                         : (raw ? rmsnorm_qkv_rope_append_kernel<W, kMaxVecTokens, true>
+                                : rmsnorm_qkv_rope_append_kernel<W, kMaxVecTokens, false>);
     const int split = gemv_split(units, a.hidden, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, units, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, a, x, n, pos, q_out, split);
   });
+  if (raw) bias_rope_append(a, a.qkv, n, pos, q_out, stream);
 }
 
 void bias_rope_append(const QkvRope& a, const float* qkv, int n, const int* pos, float* q_out,
                       cudaStream_t stream) {
+  if (a.q_norm) {
+    if (a.head_dim > kMaxNormHeadDim)
+      throw EngineError("unsupported", "q/k norm with head_dim " + std::to_string(a.head_dim) + " above " +
+                                           std::to_string(kMaxNormHeadDim));
+    const int heads = a.heads + 2 * a.kv_heads;
+    launch_pdl(bias_qk_norm_rope_append_kernel, dim3((heads + kNormWarps - 1) / kNormWarps, n),
+               dim3(kNormWarps * kWarp), 0, stream, a, qkv, pos, q_out);
+    return;
+  }
   const int units = (a.heads + 2 * a.kv_heads) * a.head_dim / 2;
   launch_pdl(bias_rope_append_kernel, dim3((units + 255) / 256, n), dim3(256), 0, stream, a, qkv, pos, q_out);
 }

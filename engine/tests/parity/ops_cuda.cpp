@@ -103,7 +103,6 @@ Run cuda_rmsnorm_lm_head(const Tensor& w, const Tensor& norm, const std::vector<
 
 Run cuda_rmsnorm_qkv_rope_append(const LayerWeights& l, const ModelConfig& c, const std::vector<float>& x, int n,
                                  int pos0) {
-  if (!l[Role::QNorm].empty()) return {};  // CUDA has no q/k norm kernel
   return [&l, c, x, n, pos0] {
     const int hd = c.head_dim, qd = c.num_heads * hd, kvd = c.num_kv_heads * hd, cap = pos0 + n;
     const RopeTables rope = rope_tables(c, cap);
@@ -117,12 +116,15 @@ Run cuda_rmsnorm_qkv_rope_append(const LayerWeights& l, const ModelConfig& c, co
     }
     auto norm = up(widen(l[Role::AttnNorm])), cs = up(rope.cos), sn = up(rope.sin), xd = up(x);
     auto kc = zeros(size_t(cap) * kvd * 4), vc = zeros(size_t(cap) * kvd * 4), q = zeros(size_t(n) * qd * 4);
-    auto pos = up(std::vector<int>{pos0});
+    auto pos = up(std::vector<int>{pos0}), qkv = zeros(size_t(n) * (qd + 2 * kvd) * 4);
+    std::shared_ptr<DeviceBuffer> q_norm, k_norm;
+    if (!l[Role::QNorm].empty()) q_norm = up(widen(l[Role::QNorm])), k_norm = up(widen(l[Role::KNorm]));
     QkvRope a;
     a.w = w->get();
     a.dtype = l[Role::Wq].dtype;
     a.bias = bias ? bias->get<float>() : nullptr;
     a.norm = norm->get<float>();
+    if (q_norm) a.q_norm = q_norm->get<float>(), a.k_norm = k_norm->get<float>(), a.qkv = qkv->get<float>();
     a.eps = c.rms_norm_eps;
     a.rope_cos = cs->get<float>();
     a.rope_sin = sn->get<float>();
@@ -134,8 +136,8 @@ Run cuda_rmsnorm_qkv_rope_append(const LayerWeights& l, const ModelConfig& c, co
     a.v_cache = vc->get<float>();
     if (n <= kMaxVecTokens) {
       rmsnorm_qkv_rope_append(a, xd->get<float>(), n, pos->get<int>(), q->get<float>(), kSms, nullptr);
-    } else {  // as CudaBackend::enqueue_prefill_layers: bf16 rmsnorm, tensor-core GEMM, then bias + RoPE + append
-      auto h = zeros(size_t(n) * c.hidden_size * 2), qkv = zeros(size_t(n) * (qd + 2 * kvd) * 4);
+    } else {  // as CudaBackend::enqueue_prefill_layers: bf16 rmsnorm, tensor-core GEMM, then bias (q/k norms) + RoPE + append
+      auto h = zeros(size_t(n) * c.hidden_size * 2);
       rmsnorm_to_bf16(xd->get<float>(), a.norm, a.eps, n, c.hidden_size, h->get(), nullptr);
       gemm_bf16(h->get(), a.w, n, qd + 2 * kvd, c.hidden_size, qkv->get<float>(), false, nullptr);
       bias_rope_append(a, qkv->get<float>(), n, pos->get<int>(), q->get<float>(), nullptr);
