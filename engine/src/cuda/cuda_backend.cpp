@@ -18,6 +18,7 @@
 #include "model/arch/llama.h"
 #include "model/error.h"
 #include "model/numerics.h"
+#include "model/quantize.h"
 #include "model/rope.h"
 
 namespace runahead {
@@ -853,7 +854,8 @@ class CudaBackendImpl final : public CudaBackend {
 
 std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const ModelWeights> weights,
                                                const BackendOptions& options) {
-  return std::make_unique<CudaBackendImpl>(std::move(weights), options);
+  // No quantized CUDA kernels yet: block-quantized matrices are uploaded widened to bf16.
+  return std::make_unique<CudaBackendImpl>(with_bf16_matrices(std::move(weights)), options);
 }
 
 }  // namespace runahead

@@ -23,7 +23,7 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 bool parse_dtype(const std::string& s, DType& out) {
-  for (DType t : {DType::BF16, DType::F16, DType::F32})
+  for (DType t : {DType::BF16, DType::F16, DType::F32, DType::I8})
     if (s == dtype_name(t)) return out = t, true;
   return false;
 }
@@ -46,7 +46,7 @@ Tensor parse_entry(const std::string& name, const json& entry, const uint8_t* da
   const json dtype = entry.value("dtype", json());
   if (!dtype.is_string()) fail("has dtype " + dtype.dump(), "a dtype string");
   if (!parse_dtype(dtype.get<std::string>(), t.dtype))
-    fail("has dtype '" + dtype.get<std::string>() + "', which is not supported", "one of BF16, F16, F32");
+    fail("has dtype '" + dtype.get<std::string>() + "', which is not supported", "one of BF16, F16, F32 (or I8 with an F16 weight_scale: Q8_0)");
 
   const json shape = entry.value("shape", json());
   if (!shape.is_array()) fail("has shape " + shape.dump(), "a list of non-negative integers");

@@ -35,7 +35,8 @@ class MappedFile {
 };
 
 // All tensors of a model folder: model.safetensors, or the shards listed in
-// model.safetensors.index.json.
+// model.safetensors.index.json; Q8_0 pairs (I8 weight + F16 weight_scale) joined into one
+// Q8_0 tensor each (model/q8_0_pairs.h).
 class WeightStore {
  public:
   static std::shared_ptr<WeightStore> open(const std::filesystem::path& model_dir);
@@ -49,6 +50,7 @@ class WeightStore {
   std::vector<std::string> files_;
   std::unordered_map<std::string, Tensor> tensors_;
   std::unordered_map<std::string, std::string> file_of_;  // tensor name -> file, for errors
+  std::vector<std::vector<uint8_t>> q8_0_blocks_;          // the joined Q8_0 tensors' data
   friend class WeightBinder;
 };
 

@@ -4,6 +4,7 @@
 
 #include "model/json_file.h"
 #include "model/model_error.h"
+#include "model/q8_0_pairs.h"
 #include "model/regular_file.h"
 #include "model/safetensors.h"
 
@@ -81,6 +82,8 @@ std::shared_ptr<WeightStore> WeightStore::open(const std::filesystem::path& mode
                   "tensor '" + name + "' is listed in the index but not in its shard",
                   "the shard to hold every tensor the index assigns to it");
   }
+  join_q8_0_pairs(store->tensors_, [&](const std::string& name) { return store->file_of_.at(name); },
+                  store->q8_0_blocks_);
   return store;
 }
 

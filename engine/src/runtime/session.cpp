@@ -157,6 +157,9 @@ std::unique_ptr<Session> Session::open_checked(const std::string& model, const L
   context = context_for(config, options.context_length, warnings);
   if (backend == "cpu") check_kv_fits(config, context);
   const BackendOptions backend_options{threads_for(options.threads, warnings), context};
+  if (backend == "cuda" && has_quantized_matrix(*session->weights_))
+    warnings.push_back("the CUDA backend has no quantized kernels yet: the " + weight_formats(*session->weights_) +
+                       " weights run widened to bf16 on the GPU (the CPU backend runs them as stored)");
   session->backend_ = make_backend(session->weights_, backend_options);
   nlohmann::json speculation;
   session->speculator_ = open_speculator(*session->backend_, session->weights_, model, options.speculation,
@@ -179,6 +182,7 @@ std::unique_ptr<Session> Session::open_checked(const std::string& model, const L
       {"parameters", w.parameters},
       {"weight_bytes", w.weight_bytes},
       {"dtype", lowercase(dtype_name(w.dtype))},
+      {"weights", weight_formats(w)},
       {"backend", session->backend_->name()},
       {"threads", described.is_object() ? described.value("threads", backend_options.threads) : backend_options.threads},
       {"context_length", session->backend_->context_length()},

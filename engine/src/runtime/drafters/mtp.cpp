@@ -7,6 +7,7 @@
 #include "model/layout.h"
 #include "model/model_error.h"
 #include "model/numerics.h"
+#include "model/q8_0_pairs.h"
 #include "model/safetensors.h"
 
 namespace runahead {
@@ -15,6 +16,7 @@ namespace {
 
 struct MtpStorage {
   std::unique_ptr<MappedFile> file;
+  std::vector<std::vector<uint8_t>> q8_0_blocks;  // Q8_0 pairs joined (model/q8_0_pairs.h)
   std::shared_ptr<const ModelWeights> target;
 };
 
@@ -26,7 +28,9 @@ MtpWeights load_mtp(const std::filesystem::path& path, std::shared_ptr<const Mod
   storage->file = std::make_unique<MappedFile>(path);
   storage->target = target;
   const MappedFile& mapped = *storage->file;
-  const std::vector<Tensor> tensors = parse_safetensors(mapped.data(), mapped.size(), file);
+  std::unordered_map<std::string, Tensor> tensors;
+  for (Tensor& t : parse_safetensors(mapped.data(), mapped.size(), file)) tensors[t.name] = std::move(t);
+  join_q8_0_pairs(tensors, [&](const std::string&) { return file; }, storage->q8_0_blocks);
 
   // The header was validated above; read its metadata for the format tag.
   uint64_t header_len = 0;
@@ -41,25 +45,25 @@ MtpWeights load_mtp(const std::filesystem::path& path, std::shared_ptr<const Mod
   const ModelConfig& c = target->config;
   const int64_t H = c.hidden_size;
   auto find = [&](const std::string& name) -> const Tensor* {
-    for (const Tensor& t : tensors)
-      if (t.name == name) return &t;
-    return nullptr;
+    const auto it = tensors.find(name);
+    return it == tensors.end() ? nullptr : &it->second;
   };
   const Tensor* gate = find("mtp.layer.mlp.gate_proj.weight");
   if (!gate || gate->shape.size() != 2)
     model_error(file, "mtp.layer.mlp.gate_proj.weight", "tensor 'mtp.layer.mlp.gate_proj.weight' is missing or not 2-D",
                 "a tensor of shape [I_mtp, " + std::to_string(H) + "]");
   const int64_t I = gate->shape[0];
-  DType dtype = gate->dtype;
+  // Dense tensors share one dtype (norms included); matrices may be Q8_0 instead.
+  const DType dtype = find("mtp.final_norm.weight") ? find("mtp.final_norm.weight")->dtype : gate->dtype;
   auto bind = [&](const std::string& name, std::vector<int64_t> shape) -> Tensor {
     const Tensor* t = find(name);
     if (!t) model_error(file, name, "tensor '" + name + "' is missing", "a tensor of shape " + shape_string(shape));
     if (t->shape != shape)
       model_error(file, name, "tensor '" + name + "' has shape " + shape_string(t->shape),
                   "shape " + shape_string(shape) + " for the target's hidden size " + std::to_string(H));
-    if (t->dtype != dtype)
+    if (t->dtype != dtype && !(is_quantized(t->dtype) && shape.size() == 2))
       model_error(file, name, "tensor '" + name + "' is " + dtype_name(t->dtype),
-                  std::string("every tensor in one dtype (") + dtype_name(dtype) + ")");
+                  std::string("every dense tensor in one dtype (") + dtype_name(dtype) + "), matrices optionally Q8_0");
     return *t;
   };
 
@@ -80,7 +84,7 @@ MtpWeights load_mtp(const std::filesystem::path& path, std::shared_ptr<const Mod
   layer->lm_head = target->lm_head;
   layer->dtype = dtype;
   layer->source = file;
-  for (const Tensor& t : tensors) layer->parameters += t.numel();
+  for (const auto& [name, t] : tensors) layer->parameters += t.numel();
   layer->weight_bytes = target->lm_head.nbytes();
   for (const Tensor& t : l.by_role)
     if (t.shape.size() == 2) layer->weight_bytes += t.nbytes();
