@@ -61,7 +61,7 @@ timeout ${TEST_TIMEOUT:-180} "$TESTS" -tc="cuda*" > "$OUT/tests.txt" 2>&1
 log "cuda tests: exit $? -- $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/tests.txt" | tr '\n' ' ')"
 grep -E "ERROR|FATAL|MESSAGE|CHECK|REQUIRE|values:|logit|persistent" "$OUT/tests.txt" | head -40
 # The prefill path again on our own tensor-core GEMM instead of cuBLASLt.
-RUNAHEAD_CUDA_CUBLASLT=0 timeout 120 "$TESTS" -tc="cuda ops: gemm*,cuda backend: the tensor*" > "$OUT/tests-mma.txt" 2>&1
+RUNAHEAD_CUDA_CUBLASLT=0 timeout 120 "$TESTS" -tc="cuda ops: gemm*,cuda backend: the tensor*,cuda backend: widths*,cuda backend: qwen3*" > "$OUT/tests-mma.txt" 2>&1
 log "cuda tests, mma.sync GEMM: exit $? -- $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/tests-mma.txt" | tr '\n' ' ')"
 
 for shape in $SHAPES; do
@@ -133,7 +133,7 @@ fi
 
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 \
-    "$TESTS" -tc="cuda ops: rmsnorm*,cuda ops: gemm*,cuda ops: attention*,cuda backend: the tensor*,cuda backend: sampled*,cuda backend: fixtures*" \
+    "$TESTS" -tc="cuda ops: rmsnorm*,cuda ops: gemm*,cuda ops: attention*,cuda backend: the tensor*,cuda backend: sampled*,cuda backend: fixtures*,cuda backend: qwen3*,cuda backend: widths*" \
     > "$OUT/memcheck.txt" 2>&1
   log "memcheck: exit $? -- $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | head -1)"
 fi

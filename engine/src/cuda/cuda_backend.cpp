@@ -4,8 +4,6 @@
 #include "cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include "cuda/decode_step.h"
 #include "cuda/device_memory.h"
 #include "cuda/kernels.h"
+#include "cuda/step_parts.h"
 #include "model/arch/llama.h"
 #include "model/error.h"
 #include "model/numerics.h"
@@ -32,12 +31,7 @@ namespace {
 
 using namespace cuda;
 
-// Prompts at least this long take the tensor-core path (bf16 activations); shorter ones
-// and every decode/verify step keep f32 activations.
-constexpr int kTensorCoreMinTokens = 64;
-constexpr int kPrefillChunk = 2048;
 constexpr int kChoiceSteps = 20;  // timed steps of each decode path at load
-constexpr unsigned kPrefillGemm = 1, kPrefillAttention = 2, kPrefillOther = 4, kAllPrefillOps = 7;
 
 DeviceBuffer upload(const void* data, size_t bytes) {
   DeviceBuffer b(bytes);
@@ -82,7 +76,7 @@ struct DeviceLayer {
 
 enum class StepMode { Logits, Greedy, Sample };
 
-class CudaBackendImpl final : public CudaBackend {
+class CudaBackendImpl final : public CudaBackend, private StepParts {
  public:
   CudaBackendImpl(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options)
       : w_(std::move(weights)), c_(w_->config), layer_ops_(architecture_of(c_).step) {
@@ -234,146 +228,14 @@ class CudaBackendImpl final : public CudaBackend {
     return decode(first, max_tokens, SamplingParams{}, on_token);
   }
 
-  double time_decode_steps(int steps) override {
-    steps = std::min(steps, capacity_ - kv_len_);
-    if (steps <= 0) return 0.0;
-    const cudaGraphExec_t step = graph_for(StepMode::Greedy, 1, 1);
-    launch_graph(step);  // warm: the first replay uploads the graph
-    check_cuda(cudaStreamSynchronize(stream_), "decode warm-up");
-    set_position(kv_len_);
-    steps = std::min(steps, capacity_ - kv_len_);
-    cudaEvent_t begin, end;
-    check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
-    check_cuda(cudaEventCreate(&end), "cudaEventCreate");
-    check_cuda(cudaEventRecord(begin, stream_), "cudaEventRecord");
-    for (int i = 0; i < steps; ++i) launch_graph(step);
-    check_cuda(cudaEventRecord(end, stream_), "cudaEventRecord");
-    check_cuda(cudaEventSynchronize(end), "decode steps");
-    float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
-    cudaEventDestroy(begin);
-    cudaEventDestroy(end);
-    kv_len_ += steps;
-    return ms / steps;
-  }
+  StepParts& step_parts() override { return *this; }
 
-  nlohmann::json profile_decode_ops(int reps) override {
-    const size_t es = dtype_size(w_->dtype);
-    const int L = c_.num_layers, H = c_.hidden_size, I = c_.intermediate_size;
-    const int qd = c_.num_heads * c_.head_dim, kvd = c_.num_kv_heads * c_.head_dim;
-    struct Family {
-      std::string name;
-      std::function<void()> enqueue;
-      double bytes;
-    };
-    // One family per op of the layer, its launches for every layer together.
-    std::vector<Family> families = {{"embedding_lookup", [&] { enqueue_embedding(1); }, double(H) * es}};
-    for (const Op& op : layer_ops_) {
-      double bytes = 0;
-      switch (op.kind) {
-        case OpKind::RmsnormQkvRopeAppend: bytes = double(qd + 2 * kvd) * H * es; break;
-        case OpKind::Attention: bytes = 2.0 * kv_len_ * kvd * 4; break;
-        case OpKind::MatmulResidual: bytes = double(w_->layers[0][op.weight].numel()) * es; break;
-        case OpKind::RmsnormGateUpSwiglu: bytes = 2.0 * I * H * es; break;
-      }
-      const std::string name = std::string(op_name(op.kind)) +
-                               (op.kind == OpKind::MatmulResidual ? std::string(" (") + role_name(op.weight) + ")" : "");
-      families.push_back({name, [this, op, L] { for (int l = 0; l < L; ++l) enqueue_op(op, l, 1); },
-                          double(L) * bytes});
-    }
-    families.push_back({"rmsnorm_lm_head_argmax", [&] { enqueue_head(0, 1, StepEnd{}); }, double(c_.vocab_size) * H * es});
-    nlohmann::json out = nlohmann::json::array();
-    for (const Family& f : families) {
-      GraphExec g = capture(f.enqueue);
-      const double ms = time_graph(g.get(), reps);
-      out.push_back({{"op", f.name},
-                     {"launches", f.name == std::string("embedding_lookup") ||
-                                          f.name == std::string("rmsnorm_lm_head_argmax")
-                                      ? 1
-                                      : L},
-                     {"us_per_step", ms * 1000.0},
-                     {"bytes_per_step", f.bytes},
-                     {"gb_per_s", f.bytes / (ms * 1e-3) / 1e9}});
-    }
-    check_cuda(cudaStreamSynchronize(stream_), "profile");
-    return out;
-  }
+  // --- StepParts: the step's parts one at a time, for the bench's profiler ---------------
 
-  nlohmann::json profile_decode_step(int reps) override {
-    if (!step_plan_.refused.empty()) return {};
-    const int L = c_.num_layers, stamps = decode_step_stamps(L);
-    DeviceBuffer clock(size_t(stamps) * sizeof(long long));
-    std::vector<long long> host(stamps);
-    const char* names[] = {"qkv (rmsnorm, matvec, bias)", "attention (rope, kv append, split merge)",
-                           "o_proj + residual", "gate_up (rmsnorm, matvec)", "down (swiglu, matvec) + residual",
-                           "lm_head + argmax"};
-    std::vector<double> work(6, 0.0), wait(6, 0.0);
-    cudaEvent_t begin, end;
-    check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
-    check_cuda(cudaEventCreate(&end), "cudaEventCreate");
-    double total_ms = 0;
-    for (int r = 0; r <= reps; ++r) {  // the first launch warms up
-      check_cuda(cudaEventRecord(begin, stream_), "cudaEventRecord");
-      enqueue_persistent_step(StepEnd{}, clock.get<long long>());  // no StepEnd: the same step again
-      check_cuda(cudaEventRecord(end, stream_), "cudaEventRecord");
-      check_cuda(cudaEventSynchronize(end), "profile decode step");
-      if (r == 0) continue;
-      float ms = 0;
-      check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
-      check_cuda(cudaMemcpy(host.data(), clock.get(), host.size() * sizeof(long long), cudaMemcpyDeviceToHost),
-                 "cudaMemcpy (stamps)");
-      // Block 0's clock splits the launch's time between the phases it went through: the
-      // work up to a phase's grid barrier, then the wait in it.
-      const double us_per_cycle = ms * 1e3 / double(host[stamps - 1] - host[0]);
-      for (int k = 0; k + 1 < stamps; ++k) {
-        const double us = double(host[k + 1] - host[k]) * us_per_cycle;
-        if (k == stamps - 2) work[5] += us;
-        else (k % 2 == 0 ? work : wait)[(k / 2) % 5] += us;
-      }
-      total_ms += ms;
-    }
-    cudaEventDestroy(begin);
-    cudaEventDestroy(end);
-    nlohmann::json phases = nlohmann::json::array();
-    for (int p = 0; p < 6; ++p)
-      phases.push_back({{"phase", names[p]}, {"us_per_step", (work[p] + wait[p]) / reps},
-                        {"work_us_per_step", work[p] / reps}, {"barrier_us_per_step", wait[p] / reps},
-                        {"barriers", p < 5 ? L : 0}});
-    return {{"launch_us", total_ms / reps * 1e3}, {"stages", step_plan_.stages}, {"blocks", step_plan_.blocks},
-            {"phases", phases}};
-  }
-
-  nlohmann::json profile_prefill_ops(int n) override {
-    if (w_->dtype != DType::BF16 || n < kTensorCoreMinTokens || n > prefill_rows_ || n > capacity_) return {};
-    set_position(0);
-    const double H = c_.hidden_size, qd = c_.num_heads * c_.head_dim, kvd = c_.num_kv_heads * c_.head_dim;
-    const double layer_params = (qd + 2 * kvd) * H + H * qd + 3.0 * c_.intermediate_size * H;
-    const double flops = 2.0 * n * layer_params * c_.num_layers;
-    nlohmann::json out = nlohmann::json::array();
-    const std::pair<const char*, unsigned> kinds[] = {{"gemm_bf16 (all projections)", kPrefillGemm},
-                                                      {"attention_prefill", kPrefillAttention},
-                                                      {"norms, rope, swiglu, conversions", kPrefillOther},
-                                                      {"all", kAllPrefillOps}};
-    for (const auto& [name, ops] : kinds) {
-      enqueue_prefill_layers(n, ops);  // warm
-      cudaEvent_t begin, end;
-      check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
-      check_cuda(cudaEventCreate(&end), "cudaEventCreate");
-      check_cuda(cudaEventRecord(begin, stream_), "cudaEventRecord");
-      enqueue_prefill_layers(n, ops);
-      check_cuda(cudaEventRecord(end, stream_), "cudaEventRecord");
-      check_cuda(cudaEventSynchronize(end), "profile prefill");
-      float ms = 0;
-      check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
-      cudaEventDestroy(begin);
-      cudaEventDestroy(end);
-      nlohmann::json row = {{"op", name}, {"ms", ms}};
-      if (ops == kPrefillGemm) row["tflop_per_s"] = flops / (ms * 1e-3) / 1e12;
-      out.push_back(row);
-    }
-    set_position(0);
-    return out;
-  }
+  const ModelWeights& weights() const override { return *w_; }
+  cudaStream_t stream() const override { return stream_; }
+  cudaGraphExec_t greedy_step_graph() override { return graph_for(StepMode::Greedy, 1, 1); }
+  const DecodeStepPlan& persistent_plan() const override { return step_plan_; }
 
  private:
   void validate() const {
@@ -562,7 +424,7 @@ class CudaBackendImpl final : public CudaBackend {
     return persistent_ ? persistent + " (" + times + ")" : "a kernel per op (the persistent kernel took " + times + ")";
   }
 
-  void enqueue_persistent_step(const StepEnd& end, long long* clock = nullptr) {
+  void enqueue_persistent_step(const StepEnd& end, long long* clock) override {
     DecodeStep s = step_;
     s.end = end;
     s.clock = clock;
@@ -600,7 +462,7 @@ class CudaBackendImpl final : public CudaBackend {
                           "tokens", "ids in [0, " + std::to_string(c_.vocab_size) + ")");
   }
 
-  void set_position(int n) {
+  void set_position(int n) override {
     check_cuda(cudaStreamSynchronize(stream_), "set_position");
     check_cuda(cudaMemcpy(pos_d_.get(), &n, sizeof(n), cudaMemcpyHostToDevice), "cudaMemcpy (position)");
     kv_len_ = n;
@@ -641,7 +503,7 @@ class CudaBackendImpl final : public CudaBackend {
     return a;
   }
 
-  void enqueue_embedding(int n) {
+  void enqueue_embedding(int n) override {
     embedding_lookup(embed_.get(), w_->dtype, c_.hidden_size, tokens_d_.get<int32_t>(), n, x_.get<float>(), stream_);
   }
   void enqueue_qkv(int l, int n) {
@@ -676,7 +538,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   // One op of the model's layer (model/arch/) on the matrix-vector path. The fused kernels
   // read and write the buffers the architecture names for them: x, q, att, act.
-  void enqueue_op(const Op& op, int l, int n) {
+  void enqueue_op(const Op& op, int l, int n) override {
     switch (op.kind) {
       case OpKind::RmsnormQkvRopeAppend: enqueue_qkv(l, n); break;
       case OpKind::Attention: enqueue_attention(l, n); break;
@@ -686,7 +548,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   // Final norm + lm_head + argmax of `rows` rows of x starting at row `first`.
-  void enqueue_head(int first, int rows, const StepEnd& end) {
+  void enqueue_head(int first, int rows, const StepEnd& end) override {
     LmHead a;
     a.w = lm_head_weights();
     a.dtype = w_->dtype;
@@ -723,7 +585,7 @@ class CudaBackendImpl final : public CudaBackend {
       end.host = host_tokens_.device<int32_t>();
     }
     const auto head = [&](const StepEnd& e) {
-      if (one_kernel) enqueue_persistent_step(e);
+      if (one_kernel) enqueue_persistent_step(e, nullptr);
       else enqueue_head(n - n_out, n_out, e);
     };
     if (mode == StepMode::Sample) {
@@ -737,7 +599,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   // The layers of n tokens (tokens_d_) on tensor cores; x_ ends with their hidden states.
   // `ops` selects op kinds (all by default; the benchmark times them one kind at a time).
-  void enqueue_prefill_layers(int n, unsigned ops = kAllPrefillOps) {
+  void enqueue_prefill_layers(int n, unsigned ops = kAllPrefillOps) override {
     const int H = c_.hidden_size, I = c_.intermediate_size, qd = c_.num_heads * c_.head_dim;
     const int qkv_rows = qd + 2 * c_.num_kv_heads * c_.head_dim;
     const int* pos = pos_d_.get<int>();
@@ -776,7 +638,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   // --- graphs --------------------------------------------------------------------------
 
-  GraphExec capture(const std::function<void()>& enqueue) {
+  GraphExec capture(const std::function<void()>& enqueue) override {
     check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
     try {
       enqueue();
@@ -803,9 +665,9 @@ class CudaBackendImpl final : public CudaBackend {
     return it->second.get();
   }
 
-  void launch_graph(cudaGraphExec_t g) { check_cuda(cudaGraphLaunch(g, stream_), "cudaGraphLaunch"); }
+  void launch_graph(cudaGraphExec_t g) override { check_cuda(cudaGraphLaunch(g, stream_), "cudaGraphLaunch"); }
 
-  double time_graph(cudaGraphExec_t g, int reps) {
+  double time_graph(cudaGraphExec_t g, int reps) override {
     launch_graph(g);
     cudaEvent_t begin, end;
     check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
@@ -857,5 +719,13 @@ std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const ModelWeight
   // No quantized CUDA kernels yet: block-quantized matrices are uploaded widened to bf16.
   return std::make_unique<CudaBackendImpl>(with_bf16_matrices(std::move(weights)), options);
 }
+
+// runtime/ reaches this backend through its entry (runtime/backend.h), never this header.
+extern const BackendEntry cuda_backend_entry = {
+    "cuda", cuda_available,
+    [](std::shared_ptr<const ModelWeights> weights, const BackendOptions& options) -> std::unique_ptr<Backend> {
+      return make_cuda_backend(std::move(weights), options);
+    },
+    run_cuda_bench};
 
 }  // namespace runahead

@@ -7,12 +7,14 @@
 #include <functional>
 #include <memory>
 
-#include <nlohmann/json.hpp>
-
 #include "runtime/backend.h"
 #include "runtime/sampling.h"
 
 namespace runahead {
+
+namespace cuda {
+class StepParts;
+}
 
 // A CUDA device is present and usable (false on machines without a GPU or driver).
 bool cuda_available();
@@ -27,18 +29,8 @@ class CudaBackend : public Backend {
   virtual int decode(int32_t first, int max_tokens, const SamplingParams& sampling,
                      const std::function<bool(int32_t)>& on_token) = 0;
 
-  // For the benchmark: the mean ms of one greedy decode step over `steps` graph replays
-  // queued back to back (the KV cache grows by `steps`), and the time of each op family
-  // of the decode step alone (its launches for every layer captured in a graph of their
-  // own, replayed `reps` times).
-  virtual double time_decode_steps(int steps) = 0;
-  virtual nlohmann::json profile_decode_ops(int reps) = 0;
-  // The persistent decode step (decode_step.h) phase by phase, summed over layers: block 0's
-  // clock between grid barriers, scaled to the launch's time, averaged over `reps` launches
-  // (empty when the model runs a kernel per op).
-  virtual nlohmann::json profile_decode_step(int reps) = 0;
-  // The time of each op kind of an n-token tensor-core prefill alone (the cache is reset).
-  virtual nlohmann::json profile_prefill_ops(int n) = 0;
+  // Its step part by part, for the bench's profiler (cuda_bench.cpp) and nothing else.
+  virtual cuda::StepParts& step_parts() = 0;
 };
 
 // Throws EngineError{"cuda_error"} when no device is usable, {"unsupported"} for a model

@@ -1,9 +1,11 @@
 // `runahead-engine bench --backend cuda`: decode ms/token at a given context beside the
 // bound from the weight bytes and the device-to-device copy bandwidth measured in the same
-// run, prefill time, and the time of each op family of the decode step.
+// run, prefill time, and the time of each op family of the decode step (the backend's step
+// part by part, through cuda/step_parts.h: the profiling lives here, not in the backend).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
@@ -12,13 +14,17 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda/cuda_backend.h"
-#include "runtime/bench.h"
 #include "cuda/device_memory.h"
+#include "cuda/step_parts.h"
+#include "model/arch.h"
 #include "model/error.h"
 #include "model/weights.h"
+#include "runtime/bench.h"
 
 namespace runahead {
 namespace {
+
+using namespace cuda;
 
 struct CudaBenchArgs {
   std::string model, random_shape;
@@ -92,6 +98,166 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The mean ms of one greedy decode step over `steps` graph replays queued back to back (the KV
+// cache grows by `steps`).
+double time_decode_steps(CudaBackend& backend, int steps) {
+  StepParts& p = backend.step_parts();
+  const int capacity = backend.context_length();
+  steps = std::min(steps, capacity - backend.kv_len());
+  if (steps <= 0) return 0.0;
+  const cudaGraphExec_t step = p.greedy_step_graph();
+  p.launch_graph(step);  // warm: the first replay uploads the graph
+  check_cuda(cudaStreamSynchronize(p.stream()), "decode warm-up");
+  const int start = backend.kv_len();
+  p.set_position(start);
+  cudaEvent_t begin, end;
+  check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&end), "cudaEventCreate");
+  check_cuda(cudaEventRecord(begin, p.stream()), "cudaEventRecord");
+  for (int i = 0; i < steps; ++i) p.launch_graph(step);
+  check_cuda(cudaEventRecord(end, p.stream()), "cudaEventRecord");
+  check_cuda(cudaEventSynchronize(end), "decode steps");
+  float ms = 0;
+  check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  p.set_position(start + steps);  // where the replays left the device position
+  return ms / steps;
+}
+
+// The time of each op family of the decode step alone: its launches for every layer captured
+// in a graph of their own, replayed `reps` times.
+nlohmann::json profile_decode_ops(CudaBackend& backend, int reps) {
+  StepParts& p = backend.step_parts();
+  const ModelWeights& w = p.weights();
+  const ModelConfig& c = w.config;
+  const size_t es = dtype_size(w.dtype);
+  const int L = c.num_layers, H = c.hidden_size, I = c.intermediate_size;
+  const int qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
+  struct Family {
+    std::string name;
+    std::function<void()> enqueue;
+    double bytes;
+  };
+  // One family per op of the layer, its launches for every layer together.
+  std::vector<Family> families = {{"embedding_lookup", [&] { p.enqueue_embedding(1); }, double(H) * es}};
+  for (const Op& op : architecture_of(c).step) {
+    double bytes = 0;
+    switch (op.kind) {
+      case OpKind::RmsnormQkvRopeAppend: bytes = double(qd + 2 * kvd) * H * es; break;
+      case OpKind::Attention: bytes = 2.0 * backend.kv_len() * kvd * 4; break;
+      case OpKind::MatmulResidual: bytes = double(w.layers[0][op.weight].numel()) * es; break;
+      case OpKind::RmsnormGateUpSwiglu: bytes = 2.0 * I * H * es; break;
+    }
+    const std::string name = std::string(op_name(op.kind)) +
+                             (op.kind == OpKind::MatmulResidual ? std::string(" (") + role_name(op.weight) + ")" : "");
+    families.push_back({name, [&p, op, L] { for (int l = 0; l < L; ++l) p.enqueue_op(op, l, 1); },
+                        double(L) * bytes});
+  }
+  families.push_back({"rmsnorm_lm_head_argmax", [&] { p.enqueue_head(0, 1, StepEnd{}); }, double(c.vocab_size) * H * es});
+  nlohmann::json out = nlohmann::json::array();
+  for (const Family& f : families) {
+    GraphExec g = p.capture(f.enqueue);
+    const double ms = p.time_graph(g.get(), reps);
+    out.push_back({{"op", f.name},
+                   {"launches", f.name == std::string("embedding_lookup") ||
+                                        f.name == std::string("rmsnorm_lm_head_argmax")
+                                    ? 1
+                                    : L},
+                   {"us_per_step", ms * 1000.0},
+                   {"bytes_per_step", f.bytes},
+                   {"gb_per_s", f.bytes / (ms * 1e-3) / 1e9}});
+  }
+  check_cuda(cudaStreamSynchronize(p.stream()), "profile");
+  return out;
+}
+
+// The persistent decode step (decode_step.h) phase by phase, summed over layers: block 0's clock
+// between grid barriers, scaled to the launch's time, averaged over `reps` launches (empty when
+// the model runs a kernel per op).
+nlohmann::json profile_decode_step(CudaBackend& backend, int reps) {
+  StepParts& p = backend.step_parts();
+  const DecodeStepPlan& plan = p.persistent_plan();
+  if (!plan.refused.empty()) return {};
+  const ModelConfig& c = backend.config();
+  const int L = c.num_layers, stamps = decode_step_stamps(L);
+  DeviceBuffer clock(size_t(stamps) * sizeof(long long));
+  std::vector<long long> host(stamps);
+  const char* names[] = {"qkv (rmsnorm, matvec, bias)", "attention (rope, kv append, split merge)",
+                         "o_proj + residual", "gate_up (rmsnorm, matvec)", "down (swiglu, matvec) + residual",
+                         "lm_head + argmax"};
+  std::vector<double> work(6, 0.0), wait(6, 0.0);
+  cudaEvent_t begin, end;
+  check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&end), "cudaEventCreate");
+  double total_ms = 0;
+  for (int r = 0; r <= reps; ++r) {  // the first launch warms up
+    check_cuda(cudaEventRecord(begin, p.stream()), "cudaEventRecord");
+    p.enqueue_persistent_step(StepEnd{}, clock.get<long long>());  // no StepEnd: the same step again
+    check_cuda(cudaEventRecord(end, p.stream()), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(end), "profile decode step");
+    if (r == 0) continue;
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+    check_cuda(cudaMemcpy(host.data(), clock.get(), host.size() * sizeof(long long), cudaMemcpyDeviceToHost),
+               "cudaMemcpy (stamps)");
+    // Block 0's clock splits the launch's time between the phases it went through: the
+    // work up to a phase's grid barrier, then the wait in it.
+    const double us_per_cycle = ms * 1e3 / double(host[stamps - 1] - host[0]);
+    for (int k = 0; k + 1 < stamps; ++k) {
+      const double us = double(host[k + 1] - host[k]) * us_per_cycle;
+      if (k == stamps - 2) work[5] += us;
+      else (k % 2 == 0 ? work : wait)[(k / 2) % 5] += us;
+    }
+    total_ms += ms;
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  nlohmann::json phases = nlohmann::json::array();
+  for (int p = 0; p < 6; ++p)
+    phases.push_back({{"phase", names[p]}, {"us_per_step", (work[p] + wait[p]) / reps},
+                      {"work_us_per_step", work[p] / reps}, {"barrier_us_per_step", wait[p] / reps},
+                      {"barriers", p < 5 ? L : 0}});
+  return {{"launch_us", total_ms / reps * 1e3}, {"stages", plan.stages}, {"blocks", plan.blocks},
+          {"phases", phases}};
+}
+
+// The time of each op kind of an n-token tensor-core prefill alone (the cache is reset).
+nlohmann::json profile_prefill_ops(CudaBackend& backend, int n) {
+  StepParts& p = backend.step_parts();
+  const ModelConfig& c = backend.config();
+  const int capacity = backend.context_length();
+  if (p.weights().dtype != DType::BF16 || n < kTensorCoreMinTokens || n > std::min(kPrefillChunk, capacity)) return {};
+  p.set_position(0);
+  const double H = c.hidden_size, qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
+  const double layer_params = (qd + 2 * kvd) * H + H * qd + 3.0 * c.intermediate_size * H;
+  const double flops = 2.0 * n * layer_params * c.num_layers;
+  nlohmann::json out = nlohmann::json::array();
+  const std::pair<const char*, unsigned> kinds[] = {{"gemm_bf16 (all projections)", kPrefillGemm},
+                                                    {"attention_prefill", kPrefillAttention},
+                                                    {"norms, rope, swiglu, conversions", kPrefillOther},
+                                                    {"all", kAllPrefillOps}};
+  for (const auto& [name, ops] : kinds) {
+    p.enqueue_prefill_layers(n, ops);  // warm
+    cudaEvent_t begin, end;
+    check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&end), "cudaEventCreate");
+    check_cuda(cudaEventRecord(begin, p.stream()), "cudaEventRecord");
+    p.enqueue_prefill_layers(n, ops);
+    check_cuda(cudaEventRecord(end, p.stream()), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(end), "profile prefill");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+    nlohmann::json row = {{"op", name}, {"ms", ms}};
+    if (ops == kPrefillGemm) row["tflop_per_s"] = flops / (ms * 1e-3) / 1e12;
+    out.push_back(row);
+  }
+  p.set_position(0);
+  return out;
+}
+
 nlohmann::json bench(const CudaBenchArgs& a) {
   if (!cuda_available()) throw EngineError("cuda_error", "no CUDA device is available");
   auto weights = std::make_shared<ModelWeights>(a.model.empty() ? random_model(a.random_shape) : load_model(a.model));
@@ -129,7 +295,7 @@ nlohmann::json bench(const CudaBenchArgs& a) {
   const int32_t first = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 
   // Graph replays queued back to back: the device's time per step.
-  const double graph_ms = backend->time_decode_steps(a.tokens);
+  const double graph_ms = time_decode_steps(*backend, a.tokens);
   // The real loop: each token read by the host one step late.
   backend->truncate(a.ctx);
   int produced = 0;
@@ -137,11 +303,11 @@ nlohmann::json bench(const CudaBenchArgs& a) {
   backend->decode(first, a.tokens, SamplingParams{}, [&](int32_t) { return ++produced < a.tokens; });
   const double loop_ms = ms_since(start) / std::max(produced, 1);
   backend->truncate(a.ctx);
-  const nlohmann::json ops = backend->profile_decode_ops(a.reps);
+  const nlohmann::json ops = profile_decode_ops(*backend, a.reps);
   double ops_us = 0;
   for (const auto& op : ops) ops_us += op["us_per_step"].get<double>();
-  const nlohmann::json step = backend->profile_decode_step(a.reps);
-  const nlohmann::json prefill_ops = backend->profile_prefill_ops(a.prefill);
+  const nlohmann::json step = profile_decode_step(*backend, a.reps);
+  const nlohmann::json prefill_ops = profile_prefill_ops(*backend, a.prefill);
 
   const double bound_ms = double(weights->weight_bytes) / bandwidth * 1e3;
   return {{"backend", "cuda"},

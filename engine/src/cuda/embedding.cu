@@ -1,7 +1,4 @@
 // Embedding lookup: x[t, :] = embed[tokens[t], :], widened to f32.
-#include <cstdlib>
-#include <string>
-
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
@@ -20,14 +17,6 @@ __global__ void embedding_lookup_kernel(const W* __restrict__ embed, int H, cons
 }
 
 }  // namespace
-
-bool pdl_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("RUNAHEAD_CUDA_PDL");
-    return !(v && std::string(v) == "0");
-  }();
-  return enabled;
-}
 
 void embedding_lookup(const void* embed, DType dtype, int H, const int32_t* tokens, int n, float* x,
                       cudaStream_t stream) {

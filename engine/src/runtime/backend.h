@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -69,5 +70,17 @@ class Backend {
 
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> weights,
                                           const BackendOptions& options);
+
+// The backends this build has, by name: "cpu", then "cuda" where CMake found CUDA (its entry is
+// defined in cuda/cuda_backend.cpp). runtime/ reaches a backend only through this table.
+struct BackendEntry {
+  const char* name;
+  bool (*usable)();  // the device it needs is present on this machine
+  std::unique_ptr<Backend> (*make)(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options);
+  int (*bench)(int argc, char** argv);  // its own `runahead-engine bench`; null: runtime/bench.cpp's
+};
+const std::vector<BackendEntry>& backend_entries();
+// The entry named `name`, or null when this build has none.
+const BackendEntry* find_backend(std::string_view name);
 
 }  // namespace runahead

@@ -18,9 +18,6 @@
 #include "model/error.h"
 #include "model/weights.h"
 #include "runtime/backend.h"
-#ifdef RUNAHEAD_CUDA
-#include "cuda/cuda_backend.h"
-#endif
 
 namespace runahead {
 namespace {
@@ -173,12 +170,10 @@ int run_bench(int argc, char** argv) {
     if (std::string(argv[i]) != "--backend") continue;
     const std::string backend = argv[i + 1];
     if (backend == "cuda") {
-#ifdef RUNAHEAD_CUDA
-      return run_cuda_bench(argc, argv);
-#else
+      const BackendEntry* cuda = find_backend("cuda");
+      if (cuda) return cuda->bench(argc, argv);
       std::cerr << "bench: this engine was built without CUDA\n";
       return 1;
-#endif
     }
     if (backend != "cpu") {
       std::cerr << "bench: --backend expects cpu or cuda, got '" << backend << "'\n" << kUsage;

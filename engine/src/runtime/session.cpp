@@ -13,10 +13,6 @@
 #include "runtime/newline_tokens.h"
 #include "runtime/speculative.h"
 
-#ifdef RUNAHEAD_CUDA
-#include "cuda/cuda_backend.h"
-#endif
-
 namespace runahead {
 
 namespace {
@@ -28,33 +24,22 @@ constexpr int kDefaultContext = 4096;
 // usable, else the CPU), checked before any loading work starts.
 std::string resolve_backend(const std::string& requested) {
   if (requested == "cpu") return "cpu";
-#ifdef RUNAHEAD_CUDA
-  if (requested == "auto") return cuda_available() ? "cuda" : "cpu";
+  const BackendEntry* cuda = find_backend("cuda");
+  if (requested == "auto") return cuda && cuda->usable() ? "cuda" : "cpu";
   if (requested == "cuda") {
-    if (!cuda_available())
+    if (!cuda)
+      throw EngineError("bad_request", "options.backend: this build has no CUDA backend", {}, "options.backend",
+                        "\"auto\" or \"cpu\"");
+    if (!cuda->usable())
       throw EngineError("bad_request", "options.backend: no usable CUDA device on this machine", {},
                         "options.backend", "\"auto\" or \"cpu\" without a GPU");
     return "cuda";
   }
-#else
-  if (requested == "auto") return "cpu";
-  if (requested == "cuda")
-    throw EngineError("bad_request", "options.backend: this build has no CUDA backend", {}, "options.backend",
-                      "\"auto\" or \"cpu\"");
-#endif
   throw EngineError("bad_request", "options.backend: unknown backend \"" + requested + "\"", {},
                     "options.backend", "\"auto\", \"cpu\" or \"cuda\"");
 }
 
-BackendFactory backend_factory([[maybe_unused]] const std::string& backend) {
-#ifdef RUNAHEAD_CUDA
-  if (backend == "cuda")
-    return [](std::shared_ptr<const ModelWeights> weights, const BackendOptions& options) -> std::unique_ptr<Backend> {
-      return make_cuda_backend(std::move(weights), options);
-    };
-#endif
-  return make_cpu_backend;
-}
+BackendFactory backend_factory(const std::string& backend) { return find_backend(backend)->make; }
 
 std::string lowercase(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -120,11 +105,11 @@ EngineError out_of_memory(const std::string& model, const LoadOptions& options, 
 }  // namespace
 
 const std::vector<std::string>& built_backends() {
-#ifdef RUNAHEAD_CUDA
-  static const std::vector<std::string> backends = {"cpu", "cuda"};
-#else
-  static const std::vector<std::string> backends = {"cpu"};
-#endif
+  static const std::vector<std::string> backends = [] {
+    std::vector<std::string> names;
+    for (const BackendEntry& e : backend_entries()) names.push_back(e.name);
+    return names;
+  }();
   return backends;
 }
 
