@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "model/finite_scan.h"
+#include "model/gguf_weights.h"
 #include "model/layout.h"
 #include "model/model_error.h"
 #include "model/regular_file.h"
@@ -65,6 +66,7 @@ ModelWeights load_model(const std::filesystem::path& dir, const ProgressFn& prog
   auto report = [&](const char* stage, int64_t done, int64_t total) {
     if (progress) progress(stage, done, total);
   };
+  if (is_gguf_path(dir)) return load_gguf_model(dir, progress);
   ModelWeights w;
   w.config = load_config(dir);
   w.source = dir.string();

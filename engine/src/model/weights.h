@@ -32,7 +32,7 @@ struct ModelWeights {
                                   // dtype, block-quantized ones (Q8_0/Q4_K/Q6_K) may mix
   int64_t parameters = 0;         // counted once even when tied
   size_t weight_bytes = 0;        // bytes one decode step reads (embed row excluded, lm_head included)
-  std::string source;             // model folder, or "random:<shape>"
+  std::string source;             // model folder, .gguf file, or "random:<shape>"
   std::shared_ptr<void> storage;  // keeps the mapping / random buffers alive
 };
 
@@ -43,8 +43,9 @@ bool has_quantized_matrix(const ModelWeights& w);
 
 using ProgressFn = std::function<void(const std::string& stage, int64_t done, int64_t total)>;
 
-// Loads config.json and the safetensors of `dir`, binds every tensor the architecture
-// needs, checks shapes. Throws EngineError naming file and field.
+// Loads config.json and the safetensors of `dir` (or a .gguf file: model/gguf_weights.h),
+// binds every tensor the architecture needs, checks shapes. Throws EngineError naming file
+// and field.
 ModelWeights load_model(const std::filesystem::path& dir, const ProgressFn& progress = {});
 
 // Names accepted by random_model: "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "qwen2.5-coder-7b".

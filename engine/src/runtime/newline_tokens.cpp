@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/gguf.h"
 #include "model/json_file.h"
 #include "model/model_error.h"
 
@@ -54,6 +55,22 @@ std::vector<int32_t> newline_tokens_from_tokenizer(const std::filesystem::path& 
 
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+std::vector<int32_t> newline_tokens_from_gguf(const std::filesystem::path& gguf, int vocab_size) {
+  const auto g = GgufFile::open(gguf);
+  if (!g->find("tokenizer.ggml.tokens")) return {};
+  const std::vector<std::string_view> tokens = g->strings("tokenizer.ggml.tokens");
+  std::vector<int32_t> ids;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    if (!spells_newline(tokens[id])) continue;
+    if (id >= size_t(vocab_size))
+      g->fail("tokenizer.ggml.tokens", "token " + std::to_string(id) + " spells a newline but the embedding has " +
+                                           std::to_string(vocab_size) + " rows",
+              "token ids within token_embd.weight's rows");
+    ids.push_back(int32_t(id));
+  }
   return ids;
 }
 

@@ -13,4 +13,8 @@ namespace runahead {
 // [0, vocab_size).
 std::vector<int32_t> newline_tokens_from_tokenizer(const std::filesystem::path& tokenizer_json, int vocab_size);
 
+// The same from a GGUF file's tokenizer.ggml.tokens (ids are positions in that list; those
+// at or past vocab_size are refused naming the key). Empty when the file has no token list.
+std::vector<int32_t> newline_tokens_from_gguf(const std::filesystem::path& gguf, int vocab_size);
+
 }  // namespace runahead

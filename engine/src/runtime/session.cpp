@@ -8,6 +8,7 @@
 
 #include "cpu/thread_pool.h"
 #include "model/error.h"
+#include "model/gguf_weights.h"
 #include "model/regular_file.h"
 #include "model/weight_mappings.h"
 #include "runtime/newline_tokens.h"
@@ -49,6 +50,7 @@ std::string lowercase(std::string s) {
 std::vector<int32_t> newline_tokens_for(const std::string& model, const LoadOptions& options, int vocab_size) {
   if (options.newline_tokens) return *options.newline_tokens;
   if (model.starts_with(kRandomPrefix)) return {};
+  if (is_gguf_path(model)) return newline_tokens_from_gguf(model, vocab_size);
   const auto tokenizer = std::filesystem::path(model) / "tokenizer.json";
   if (!has_entry(tokenizer)) {
     std::cerr << "runahead-engine: " << tokenizer.string()

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "model/error.h"
+#include "model/gguf_weights.h"
 #include "model/regular_file.h"
 #include "runtime/drafters/draft_model.h"
 #include "runtime/drafters/lookup.h"
@@ -37,7 +38,7 @@ std::unique_ptr<Speculator> open_speculator(Backend& target, std::shared_ptr<con
             {"inactive", nlohmann::json::object()}};
   if (mode == "off") return nullptr;
 
-  const bool folder = model.rfind("random:", 0) != 0;
+  const bool folder = model.rfind("random:", 0) != 0 && !is_gguf_path(model);  // a .gguf has no MTP head or draft/
   const fs::path mtp_file = fs::path(model) / "mtp.safetensors";
   const fs::path draft_dir = !options.draft_model.empty() ? fs::path(options.draft_model) : fs::path(model) / "draft";
   std::vector<std::unique_ptr<Drafter>> drafters;
@@ -67,7 +68,7 @@ std::unique_ptr<Speculator> open_speculator(Backend& target, std::shared_ptr<con
   if (mode == "draft" || mode == "auto") {
     const bool asked = mode == "draft" || !options.draft_model.empty();
     if (folder || !options.draft_model.empty()) {
-      if (has_entry(draft_dir / "config.json")) {
+      if (has_entry(draft_dir / "config.json") || is_gguf_path(draft_dir)) {
         drafters.push_back(std::make_unique<DraftModelDrafter>(load_draft_model(draft_dir, *weights), make_backend,
                                                                backend_options));
       } else if (asked) {
@@ -77,8 +78,8 @@ std::unique_ptr<Speculator> open_speculator(Backend& target, std::shared_ptr<con
         report["inactive"]["draft"] = "no " + draft_dir.string();
       }
     } else if (asked) {
-      throw EngineError("bad_request", "speculation 'draft' with random weights needs options.draft_model", {},
-                        "options.draft_model", "a model folder");
+      throw EngineError("bad_request", "speculation 'draft' with random weights or a .gguf model needs options.draft_model",
+                        {}, "options.draft_model", "a model folder or .gguf file");
     }
   }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include "model/gguf_weights.h"
 #include "model/model_error.h"
 #include "model/regular_file.h"
 
@@ -14,6 +15,16 @@ constexpr int kChunk = 512;  // catch-up forwards, as the target's prefill
 }  // namespace
 
 std::shared_ptr<const ModelWeights> load_draft_model(const std::filesystem::path& dir, const ModelWeights& target) {
+  const std::string vocab_problem = "a draft model with the target's tokenizer";
+  if (is_gguf_path(dir)) {
+    auto draft = std::make_shared<ModelWeights>(load_model(dir));  // mapped, not read: the check below is cheap
+    if (draft->config.vocab_size != target.config.vocab_size)
+      model_error(dir.string(), "token_embd.weight",
+                  "the draft model's vocabulary has " + std::to_string(draft->config.vocab_size) +
+                      " rows but the target's has " + std::to_string(target.config.vocab_size),
+                  vocab_problem);
+    return draft;
+  }
   // The vocabulary first: a wrong draft is refused before its weights are mapped.
   const ModelConfig draft_config = load_config(dir);
   const std::string config = (dir / "config.json").string();
@@ -21,12 +32,12 @@ std::shared_ptr<const ModelWeights> load_draft_model(const std::filesystem::path
     model_error(config, "vocab_size",
                 "the draft model's vocab_size is " + std::to_string(draft_config.vocab_size) + " but the target's is " +
                     std::to_string(target.config.vocab_size),
-                "a draft model with the target's tokenizer");
+                vocab_problem);
   const std::filesystem::path mine = dir / "tokenizer.json", theirs = std::filesystem::path(target.source) / "tokenizer.json";
   const std::string tokenizer = "a Hugging Face tokenizer.json";
   if (has_entry(mine) && has_entry(theirs) && read_whole_file(mine, tokenizer) != read_whole_file(theirs, tokenizer))
     model_error(mine.string(), "tokenizer.json", "the draft model's tokenizer.json differs from the target's (" + theirs.string() + ")",
-                "a draft model with the target's tokenizer");
+                vocab_problem);
   return std::make_shared<ModelWeights>(load_model(dir));
 }
 

@@ -9,7 +9,7 @@
 
 namespace runahead {
 
-// Loads the model folder `dir` as a draft for `target`. Throws EngineError{"model_error"}
+// Loads the model folder (or .gguf file) `dir` as a draft for `target`. Throws EngineError{"model_error"}
 // when it cannot load or does not share the target's vocabulary (vocab_size, tokenizer.json).
 std::shared_ptr<const ModelWeights> load_draft_model(const std::filesystem::path& dir, const ModelWeights& target);
 

@@ -1,0 +1,112 @@
+// A GGUF file as a model: the fixtures written as llama.cpp's converter writes them, in every
+// tensor type the engine reads, give the logits of the safetensors folder (within each
+// type's rounding) and, in Q8_0, its greedy tokens.
+#include <doctest/doctest.h>
+
+#include <memory>
+
+#include "code_prompts.h"
+#include "gguf_model_writer.h"
+#include "model/gguf_weights.h"
+#include "model/quantize.h"
+#include "model_compare.h"
+#include "model_writer.h"
+#include "runtime/drafters/draft_model.h"
+
+using namespace runahead;
+using namespace runahead::test;
+
+namespace {
+
+const fs::path kFixtures = fs::path(RUNAHEAD_FIXTURES) / "models";
+const fs::path kEmbedded = fs::path(RUNAHEAD_FIXTURES) / ".." / ".." / "engine" / "models" / "runahead-coder";
+
+std::shared_ptr<const ModelWeights> load(const fs::path& path) { return std::make_shared<const ModelWeights>(load_model(path)); }
+
+// `w` as `dir`/model.gguf in `type`, loaded back.
+std::shared_ptr<const ModelWeights> via_gguf(const TempDir& dir, const ModelWeights& w, uint32_t type) {
+  const fs::path file = dir.path / "model.gguf";
+  write_file(file, gguf_of_model(w, type));
+  return load(file);
+}
+
+}  // namespace
+
+TEST_CASE("gguf model: the fixtures as F32, BF16 and Q8_0 files give the safetensors logits (llama q/k rows restored)") {
+  struct Type {
+    uint32_t type;
+    const char* name;
+    double tolerance;  // relative rms of the logits
+  };
+  // F32 holds every fixture's values exactly; BF16 rounds the f32/f16 ones; Q8_0: see test_quantized_weights.
+  for (const Type& t : {Type{kGgufF32, "f32", 1e-5}, Type{kGgufBF16, "bf16", 0.02}, Type{kGgufQ8_0, "q8_0", 0.06}}) {
+    for (const char* name : {"qwen2-tied-bf16", "qwen2-untied-f16", "llama-f32", "qwen3-tiny-bf16"}) {
+      INFO(name << " as " << t.name);
+      TempDir dir;
+      const auto base = load(kFixtures / name);
+      const auto g = via_gguf(dir, *base, t.type);
+      CHECK(g->config.architecture == base->config.architecture);
+      CHECK(g->config.tie_word_embeddings == base->config.tie_word_embeddings);
+      CHECK(g->config.qkv_bias == base->config.qkv_bias);
+      CHECK(weight_formats(*g) == t.name);
+      CHECK(g->final_norm.dtype == DType::F32);
+      CHECK(g->source == (dir.path / "model.gguf").string());
+      const auto tokens = sample_tokens(40, base->config.vocab_size);
+      const double err = relative_rms(all_logits(base, tokens), all_logits(g, tokens));
+      MESSAGE(std::string(name) << " " << t.name << ": relative rms error " << err);
+      CHECK(err <= t.tolerance);
+    }
+  }
+}
+
+TEST_CASE("gguf model: the embedded model as Q8_0, Q4_K and Q6_K files: logits within each type's error, Q8_0's greedy tokens") {
+  struct Type {
+    uint32_t type;
+    const char* formats;  // ffn_down's rows of 640 are not Q4_K/Q6_K blocks: Q8_0, as llama.cpp falls back
+    double tolerance;
+  };
+  const auto base = with_bf16_matrices(load(kEmbedded));
+  const std::vector<int32_t>& prompt = code_prompts()[0];
+  const auto reference = all_logits(base, prompt);
+  for (const Type& t : {Type{kGgufQ8_0, "q8_0", 0.03}, Type{kGgufQ6_K, "q6_k+q8_0", 0.04}, Type{kGgufQ4_K, "q4_k+q8_0", 0.12}}) {
+    INFO(t.formats);
+    TempDir dir;
+    const auto g = via_gguf(dir, *base, t.type);
+    CHECK(weight_formats(*g) == t.formats);
+    CHECK(g->lm_head.data == g->embed.data);
+    const double err = relative_rms(reference, all_logits(g, prompt));
+    MESSAGE(std::string(t.formats) << ": relative rms error " << err);
+    CHECK(err <= t.tolerance);
+    CHECK(err > 0);
+    if (t.type != kGgufQ8_0) continue;
+    for (const std::vector<int32_t>& p : code_prompts()) {
+      const std::vector<int32_t> decided = decided_prefix(greedy_tokens(base, p, 32), 0.1f);
+      CHECK(first(greedy_tokens(g, p, 32), decided.size()) == decided);
+    }
+  }
+}
+
+TEST_CASE("gguf model: a draft model may be a .gguf file of the target's vocabulary") {
+  TempDir dir;
+  const auto target = load(kFixtures / "qwen2-tied-bf16");
+  write_file(dir.path / "draft.gguf", gguf_of_model(*target, kGgufQ8_0));
+  CHECK(weight_formats(*load_draft_model(dir.path / "draft.gguf", *target)) == "q8_0");
+  const auto other = load(kEmbedded);  // another vocabulary
+  const EngineError e = error_of([&] { load_draft_model(dir.path / "draft.gguf", *other); });
+  CHECK(e.code == "model_error");
+  CHECK(e.field == "token_embd.weight");
+}
+
+TEST_CASE("gguf model: a file without a tensor the architecture binds is a model error naming it") {
+  TempDir dir;
+  const auto base = load(kFixtures / "qwen2-tied-bf16");
+  std::string bytes = gguf_of_model(*base, kGgufF32);
+  // Rename blk.1.ffn_up.weight so the file lacks it (same length: the layout stays valid).
+  const size_t at = bytes.find("blk.1.ffn_up.weight");
+  REQUIRE(at != std::string::npos);
+  bytes.replace(at, 6, "blk.9.");
+  write_file(dir.path / "model.gguf", bytes);
+  const EngineError e = error_of([&] { load_model(dir.path / "model.gguf"); });
+  CHECK(e.code == "model_error");
+  CHECK(e.file == (dir.path / "model.gguf").string());
+}
