@@ -24,7 +24,9 @@ nlohmann::json hello_message() {
           {"capabilities",
            {{"backends", built_backends()},
             {"architectures", supported_architectures()},
-            {"dtypes", {"bf16", "f16", "f32"}},
+            {"dtypes", {"bf16", "f16", "f32", "q8_0", "q4_k", "q6_k"}},
+            {"model_files", {"folder", "gguf"}},
+            {"weights", weight_options()},
             {"sampling", {"greedy", "temperature", "top_k", "top_p", "seed"}},
             {"speculation", speculation_modes()},
             {"max_line_bytes", kMaxLineBytes}}}};

@@ -79,7 +79,7 @@ LoadRequest parse_load(const json& request) {
   as_object(*options, "options");
   only_known_keys(*options, "options",
                   {"backend", "threads", "context_length", "newline_tokens", "speculation", "max_draft", "draft_model",
-                   "adaptive_depth"},
+                   "adaptive_depth", "weights"},
                   "option");
   if (const json* v = optional_field(*options, "backend")) {
     load.options.backend = as_string(*v, "options.backend");
@@ -93,6 +93,13 @@ LoadRequest parse_load(const json& request) {
     load.options.context_length = static_cast<int>(as_int(*v, "options.context_length", 0, kMaxInt32));
   if (const json* v = optional_field(*options, "newline_tokens"))
     load.options.newline_tokens = as_token_ids(*v, "options.newline_tokens");
+  if (const json* v = optional_field(*options, "weights")) {
+    load.options.weights = as_string(*v, "options.weights");
+    const auto& known = weight_options();
+    if (std::find(known.begin(), known.end(), load.options.weights) == known.end())
+      throw EngineError("bad_request", "options.weights: unknown value \"" + load.options.weights + "\"", {},
+                        "options.weights", "\"auto\" (as stored) or \"q8_0\"");
+  }
   SpeculationOptions& speculation = load.options.speculation;
   if (const json* v = optional_field(*options, "speculation")) {
     speculation.mode = as_string(*v, "options.speculation");

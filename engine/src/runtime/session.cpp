@@ -9,6 +9,7 @@
 #include "cpu/thread_pool.h"
 #include "model/error.h"
 #include "model/gguf_weights.h"
+#include "model/quantize.h"
 #include "model/regular_file.h"
 #include "model/weight_mappings.h"
 #include "runtime/newline_tokens.h"
@@ -106,6 +107,11 @@ EngineError out_of_memory(const std::string& model, const LoadOptions& options, 
 
 }  // namespace
 
+const std::vector<std::string>& weight_options() {
+  static const std::vector<std::string> options = {"auto", "q8_0"};
+  return options;
+}
+
 const std::vector<std::string>& built_backends() {
   static const std::vector<std::string> backends = [] {
     std::vector<std::string> names;
@@ -137,6 +143,11 @@ std::unique_ptr<Session> Session::open_checked(const std::string& model, const L
   session->weights_ = std::make_shared<const ModelWeights>(
       model.starts_with(kRandomPrefix) ? random_model(model.substr(kRandomPrefix.size()))
                                        : load_model(model, progress));
+  if (options.weights == "q8_0") {
+    if (progress) progress("quantizing", 0, 1);
+    session->weights_ = std::make_shared<const ModelWeights>(quantize_matrices(*session->weights_, QuantType::Q8_0));
+    if (progress) progress("quantizing", 1, 1);
+  }
   const ModelConfig& config = session->weights_->config;
   const std::vector<int32_t> newline_ids = newline_tokens_for(model, options, config.vocab_size);
 

@@ -22,7 +22,11 @@ struct LoadOptions {
   int context_length = 0;
   std::optional<std::vector<int32_t>> newline_tokens;  // absent: from the folder's tokenizer.json
   SpeculationOptions speculation;
+  std::string weights = "auto";  // weight_options(): "auto" as stored, "q8_0" dense matrices quantized at load
 };
+
+// The values of options.weights.
+const std::vector<std::string>& weight_options();
 
 // The backends compiled into this engine ("cpu", and "cuda" when built with CUDA).
 const std::vector<std::string>& built_backends();

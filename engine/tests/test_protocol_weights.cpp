@@ -1,0 +1,72 @@
+// Weight formats over the protocol: options.weights "q8_0" quantizes at load, a .gguf file is
+// a model, and the load report says which formats run.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "engine_process.h"
+#include "gguf_model_writer.h"
+#include "model_writer.h"
+
+using nlohmann::json;
+using runahead::testing::EngineProcess;
+using namespace runahead::test;
+
+namespace {
+
+const fs::path kModels = fs::path(RUNAHEAD_FIXTURES) / "models";
+
+json load(EngineProcess& engine, const fs::path& model, const json& options) {
+  engine.send(json{{"type", "load"}, {"id", "l"}, {"model", model.string()}, {"options", options}});
+  std::vector<json> progress;
+  const auto loaded = engine.read_until([](const json& m) { return m["type"] != "load_progress"; }, &progress);
+  REQUIRE(loaded);
+  return *loaded;
+}
+
+// The tokens of a greedy 16-token generation.
+std::vector<int> generate(EngineProcess& engine) {
+  engine.send(json{{"type", "generate"}, {"id", "g"}, {"prompt", {1, 2, 3, 4, 5}}, {"params", {{"max_tokens", 16}}}});
+  std::vector<int> tokens;
+  for (;;) {
+    const auto m = engine.read();
+    REQUIRE(m);
+    if ((*m)["type"] == "tokens")
+      for (int t : (*m)["tokens"]) tokens.push_back(t);
+    if ((*m)["type"] == "done" || (*m)["type"] == "error") break;
+  }
+  return tokens;
+}
+
+}  // namespace
+
+TEST_CASE("protocol weights: options.weights q8_0 quantizes the matrices at load, a .gguf file loads as a model") {
+  EngineProcess engine;
+  const json cpu = {{"backend", "cpu"}, {"speculation", "off"}};
+  json quantized = cpu;
+  quantized["weights"] = "q8_0";
+  json loaded = load(engine, kModels / "qwen2-tied-bf16", quantized);
+  REQUIRE(loaded["type"] == "loaded");
+  CHECK(loaded["report"]["weights"] == "q8_0");
+  CHECK(loaded["report"]["dtype"] == "q8_0");
+  CHECK(generate(engine).size() == 16);
+
+  loaded = load(engine, kModels / "qwen2-tied-bf16", cpu);
+  CHECK(loaded["report"]["weights"] == "bf16");
+  const size_t bf16_bytes = loaded["report"]["weight_bytes"];
+
+  TempDir dir;
+  const auto weights = runahead::load_model(kModels / "qwen2-tied-bf16");
+  write_file(dir.path / "tiny.gguf", gguf_of_model(weights, kGgufQ8_0));
+  loaded = load(engine, dir.path / "tiny.gguf", cpu);
+  REQUIRE(loaded["type"] == "loaded");
+  CHECK(loaded["report"]["weights"] == "q8_0");
+  CHECK(loaded["report"]["model"] == (dir.path / "tiny.gguf").string());
+  CHECK(size_t(loaded["report"]["weight_bytes"]) < bf16_bytes);
+  CHECK(generate(engine).size() == 16);
+
+  // auto speculation on a .gguf: no MTP head, no draft folder, and no error.
+  loaded = load(engine, dir.path / "tiny.gguf", {{"backend", "cpu"}});
+  REQUIRE(loaded["type"] == "loaded");
+  CHECK(loaded["report"]["speculation"]["drafters"].size() == 1);  // lookup
+}
