@@ -40,6 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 SEED = 1234
 CORPUS_ARCHIVE = ".corpus/corpus.jsonl.xz"
 TARGET_BATCH = 64
+SITE_PACKAGE_BYTES = 2_500_000  # the GPU machine's own site-packages: many packages, none dominating
 BUNDLE_LIMIT = 24_000_000
 
 
@@ -190,6 +191,7 @@ def plot(run, name, rows):
 
 def stage_corpus(run):
     t0 = time.time()
+    corpus.MAX_PACKAGE_BYTES = SITE_PACKAGE_BYTES
     train, held = corpus.load_corpus(os.path.join(ROOT, CORPUS_ARCHIVE), max_packages=30 if run.smoke else None)
     if run.smoke:
         train, held = train[:300], (held or train[300:])[:60]
