@@ -154,7 +154,9 @@ def wanted(source, path):
     if source == "npm" and path.startswith("package/"):
         path = path[len("package/"):]
     parts = path.lower().split("/")
-    if any(p in VENDORED or p in corpus.SKIP_DIRS for p in parts[:-1]) and not path.endswith(".d.ts"):
+    # A dist folder's .d.ts is the package's typed API: kept; its .js is build output.
+    folders = [p for p in parts[:-1] if p != "dist" or not path.endswith(".d.ts")]
+    if any(p in VENDORED or p in corpus.SKIP_DIRS for p in folders):
         return None
     if LOW_VALUE.search(path) or corpus.is_reserved_path(path):
         return None
