@@ -6,7 +6,7 @@ import { gguf } from '@huggingface/gguf';
 import { agreedTokens, defaultParams, runBenchmark, type BenchmarkResult, type Configuration } from '../../server/src/bench/benchmark';
 import { isReserved, reservedPackages, workspaceFiles } from '../../server/src/bench/files';
 import { findPeer, LlamaCppPeer, parsePerfLines } from '../../server/src/bench/peer';
-import { writeGguf } from '../../server/src/bench/gguf';
+import { quantizeQ8_0, writeGguf } from '../../server/src/bench/gguf';
 import { renderIssue, renderMarkdown, renderText } from '../../server/src/bench/report';
 import { bundledSamples } from '../../server/src/bench/samples';
 import { distribution, editDistance, editSimilarity, exactMatch, percentile } from '../../server/src/bench/stats';
@@ -204,6 +204,30 @@ describe('GGUF export', function () {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it('writes every matrix as Q8_0 blocks when asked, norms still F32', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'bench-gguf-'));
+    try {
+      const out = writeGguf('test/fixtures/models/qwen2-tied-bf16', join(dir, 'm.gguf'), { matrices: 'q8_0' });
+      assert.equal(out.dtype, 'Q8_0');
+      const { metadata, tensorInfos } = await gguf(out.path, { allowLocalFile: true });
+      assert.equal((metadata as Record<string, unknown>)['general.file_type'], 7);
+      assert.equal(tensorInfos.find((t) => t.name === 'blk.1.ffn_down.weight')!.dtype, 8);
+      assert.equal(tensorInfos.find((t) => t.name === 'token_embd.weight')!.dtype, 8);
+      assert.equal(tensorInfos.find((t) => t.name === 'blk.0.attn_q.bias')!.dtype, 0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('quantizes a block as llama.cpp\'s quantize_row_q8_0_ref: d = amax / 127 in f16, q = round(x / d)', () => {
+    const x = new Float32Array(32).map((_, i) => (i - 10) / 8);
+    const b = quantizeQ8_0(x);
+    assert.equal(b.length, 34);
+    assert.equal(b.readUInt16LE(0), 0x254b); // f16(2.625 / 127)
+    assert.equal(b.readInt8(2 + 31), 127);
+    assert.equal(b.readInt8(2 + 0), -60); // round(-1.25 / (2.625 / 127))
   });
 
   it('refuses an architecture it cannot write, naming the file and field', () => {

@@ -1,16 +1,19 @@
 // Writes a Hugging Face Qwen2 model folder as a GGUF file (version 3) that
 // llama.cpp loads: the architecture's metadata, the gpt2 BPE tokenizer
 // (tokenizer.ggml.*: tokens, token types, merges, bos/eos/pad, FIM tokens), and
-// every tensor under llama.cpp's name: matrices in their own dtype (BF16, F16
-// or F32), norms and biases as F32 as llama.cpp's converter does. The peer of
-// the benchmark (llama.cpp through node-llama-cpp) runs the same weights.
+// every tensor under llama.cpp's name: matrices in their own dtype (BF16, F16,
+// F32, or Q8_0 for the folder's I8 + weight_scale pairs) or all quantized to
+// Q8_0 as llama.cpp's quantizer does, norms and biases as F32 as llama.cpp's
+// converter does. The peer of the benchmark (llama.cpp through node-llama-cpp)
+// runs the same weights.
 import { closeSync, existsSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
 import { basename, join } from 'node:path';
 
-/** ggml's tensor types for the dtypes a folder holds. */
-const ggmlType = { F32: 0, F16: 1, BF16: 30 } as const;
-type Dtype = keyof typeof ggmlType;
-const dtypeBytes: Record<Dtype, number> = { F32: 4, F16: 2, BF16: 2 };
+/** ggml's tensor types for the dtypes a folder holds (I8: the int8 half of a Q8_0 pair, MODEL_FORMAT.md). */
+const ggmlType = { F32: 0, F16: 1, BF16: 30, Q8_0: 8 } as const;
+type Dtype = keyof typeof ggmlType | 'I8';
+const Q8_BLOCK = 32;
+const Q8_BLOCK_BYTES = 34;
 
 /** GGUF metadata value types. */
 const T = { U32: 4, I32: 5, F32: 6, BOOL: 7, STRING: 8, ARRAY: 9 } as const;
@@ -47,7 +50,7 @@ export function readSafetensorsIndex(folder: string): Map<string, SafeTensor> {
       const header = JSON.parse(head.toString('utf8')) as Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
       for (const [key, t] of Object.entries(header)) {
         if (key === '__metadata__') continue;
-        if (!(t.dtype in ggmlType)) throw new Error(`${file}: tensor '${key}' has dtype ${t.dtype}; expected BF16, F16 or F32`);
+        if (!['F32', 'F16', 'BF16', 'I8'].includes(t.dtype)) throw new Error(`${file}: tensor '${key}' has dtype ${t.dtype}; expected BF16, F16, F32 or I8 (Q8_0 with a weight_scale)`);
         out.set(key, { file, dtype: t.dtype as Dtype, shape: t.shape, start: 8 + n + t.data_offsets[0], end: 8 + n + t.data_offsets[1] });
       }
     } finally {
@@ -90,7 +93,7 @@ export function tokenizerMetadata(folder: string, vocabSize: number): Record<str
     types[a.id] = a.special ? 3 : 4;
     ids[a.content] = a.id;
   }
-  const config = existsSync(join(folder, 'tokenizer_config.json')) ? (JSON.parse(readFileSync(join(folder, 'tokenizer_config.json'), 'utf8')) as { eos_token?: string; pad_token?: string; bos_token?: string | null }) : {};
+  const config = existsSync(join(folder, 'tokenizer_config.json')) ? (JSON.parse(readFileSync(join(folder, 'tokenizer_config.json'), 'utf8')) as { eos_token?: string; pad_token?: string; bos_token?: string | null; chat_template?: unknown }) : {};
   const eos = ids[config.eos_token ?? '<|endoftext|>'] ?? ids['<|endoftext|>'];
   const meta: Record<string, Value> = {
     'tokenizer.ggml.model': { t: T.STRING, v: 'gpt2' },
@@ -109,6 +112,8 @@ export function tokenizerMetadata(folder: string, vocabSize: number): Record<str
     if (id !== undefined) meta[`tokenizer.ggml.${key}_token_id`] = { t: T.U32, v: id };
   }
   if (eos !== undefined) meta['tokenizer.ggml.eos_token_id'] = { t: T.U32, v: eos };
+  // An instruct model's template travels in the file, as llama.cpp's converter writes it.
+  if (typeof config.chat_template === 'string') meta['tokenizer.chat_template'] = { t: T.STRING, v: config.chat_template };
   return meta;
 }
 
@@ -204,22 +209,86 @@ class Out {
   }
 }
 
-/** A tensor's bytes as F32 (norms and biases: llama.cpp's binary ops want them so). */
-function toF32(bytes: Buffer, dtype: Dtype): Buffer {
-  if (dtype === 'F32') return bytes;
+function f16ToF32(h: number): number {
+  const s = h & 0x8000 ? -1 : 1;
+  const e = (h >> 10) & 0x1f;
+  const f = h & 0x3ff;
+  return e === 0 ? s * 2 ** -14 * (f / 1024) : e === 31 ? (f ? NaN : s * Infinity) : s * 2 ** (e - 15) * (1 + f / 1024);
+}
+
+/** Round to nearest even f32 -> f16 bits (finite values in f16's range, as Q8_0 scales are). */
+function f32ToF16(v: number): number {
+  const f32 = new Float32Array([v]);
+  const x = new Uint32Array(f32.buffer)[0];
+  const sign = (x >>> 16) & 0x8000;
+  const exp = ((x >>> 23) & 0xff) - 127 + 15;
+  let mant = x & 0x7fffff;
+  if (exp <= 0) {
+    if (exp < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - exp;
+    const half = mant >>> shift;
+    const rest = mant & ((1 << shift) - 1);
+    const mid = 1 << (shift - 1);
+    return sign | (half + (rest > mid || (rest === mid && half & 1) ? 1 : 0));
+  }
+  if (exp >= 31) return sign | 0x7c00;
+  const half = (exp << 10) | (mant >>> 13);
+  const rest = mant & 0x1fff;
+  return sign | (half + (rest > 0x1000 || (rest === 0x1000 && half & 1) ? 1 : 0));
+}
+
+/** A tensor's values as numbers. */
+function toNumbers(bytes: Buffer, dtype: Dtype): Float32Array {
+  if (dtype === 'F32') return new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length));
   const n = bytes.length / 2;
-  const out = Buffer.alloc(4 * n);
+  const out = new Float32Array(n);
   for (let i = 0; i < n; i++) {
     const h = bytes.readUInt16LE(2 * i);
-    if (dtype === 'BF16') out.writeUInt32LE(h << 16 >>> 0, 4 * i);
-    else {
-      const s = h & 0x8000 ? -1 : 1;
-      const e = (h >> 10) & 0x1f;
-      const f = h & 0x3ff;
-      out.writeFloatLE(e === 0 ? s * 2 ** -14 * (f / 1024) : e === 31 ? (f ? NaN : s * Infinity) : s * 2 ** (e - 15) * (1 + f / 1024), 4 * i);
-    }
+    out[i] = dtype === 'BF16' ? new Float32Array(new Uint32Array([h << 16 >>> 0]).buffer)[0] : f16ToF32(h);
   }
   return out;
+}
+
+/** A tensor's bytes as F32 (norms and biases: llama.cpp's binary ops want them so). */
+function toF32(bytes: Buffer, dtype: Dtype): Buffer {
+  return dtype === 'F32' ? bytes : Buffer.from(toNumbers(bytes, dtype).buffer);
+}
+
+/** llama.cpp's quantize_row_q8_0_ref over every row: per 32 values d = amax / 127 (f16), q = round(x / d). */
+export function quantizeQ8_0(values: Float32Array): Buffer {
+  const out = Buffer.alloc((values.length / Q8_BLOCK) * Q8_BLOCK_BYTES);
+  for (let b = 0; b < values.length / Q8_BLOCK; b++) {
+    let amax = 0;
+    for (let l = 0; l < Q8_BLOCK; l++) amax = Math.max(amax, Math.abs(values[b * Q8_BLOCK + l]));
+    const d = Math.fround(amax / 127);
+    const id = d ? Math.fround(1 / d) : 0;
+    out.writeUInt16LE(f32ToF16(d), b * Q8_BLOCK_BYTES);
+    for (let l = 0; l < Q8_BLOCK; l++) out.writeInt8(Math.round(Math.fround(values[b * Q8_BLOCK + l] * id)), b * Q8_BLOCK_BYTES + 2 + l);
+  }
+  return out;
+}
+
+/** An I8 [out, in] weight and its F16 [out, in / 32] scale as ggml's Q8_0 blocks. */
+function repackQ8_0(q: Buffer, scale: Buffer): Buffer {
+  const blocks = q.length / Q8_BLOCK;
+  const out = Buffer.alloc(blocks * Q8_BLOCK_BYTES);
+  for (let b = 0; b < blocks; b++) {
+    scale.copy(out, b * Q8_BLOCK_BYTES, 2 * b, 2 * b + 2);
+    q.copy(out, b * Q8_BLOCK_BYTES + 2, b * Q8_BLOCK, (b + 1) * Q8_BLOCK);
+  }
+  return out;
+}
+
+function readRange(t: SafeTensor): Buffer {
+  const raw = Buffer.alloc(t.end - t.start);
+  const src = openSync(t.file, 'r');
+  try {
+    readSync(src, raw, 0, raw.length, t.start);
+  } finally {
+    closeSync(src);
+  }
+  return raw;
 }
 
 export interface GgufExport {
@@ -229,38 +298,55 @@ export interface GgufExport {
   dtype: string;
 }
 
+export interface GgufOptions {
+  /** 'as-stored' (default): matrices keep their dtype (Q8_0 pairs become Q8_0); 'q8_0': every matrix whose rows are whole blocks is Q8_0. */
+  matrices?: 'as-stored' | 'q8_0';
+}
+
 /** Writes `folder` (a Qwen2 model) as the GGUF file `out`. */
-export function writeGguf(folder: string, out: string): GgufExport {
+export function writeGguf(folder: string, out: string, options: GgufOptions = {}): GgufExport {
   const { meta, config } = architectureMetadata(folder);
   const tensors = readSafetensorsIndex(folder);
   const kept = [...tensors.entries()].map(([hf, t]) => ({ hf, name: ggufTensorName(hf), t })).filter((x): x is { hf: string; name: string; t: SafeTensor } => x.name !== undefined);
   if (!kept.some((x) => x.name === 'token_embd.weight')) throw new Error(`${folder}: no model.embed_tokens.weight`);
-  const dtype = kept.find((x) => x.name === 'token_embd.weight')!.t.dtype;
-  const all = { ...meta, 'general.file_type': { t: T.U32, v: dtype === 'BF16' ? 32 : dtype === 'F16' ? 1 : 0 } as Value, ...tokenizerMetadata(folder, config.vocab_size) };
+  // What each tensor is written as, and how its bytes are made.
+  const plan = kept.map((x) => {
+    const cols = x.t.shape[x.t.shape.length - 1];
+    const scale = tensors.get(`${x.hf}_scale`);
+    if (x.t.dtype === 'I8') {
+      if (!scale) throw new Error(`${x.t.file}: tensor '${x.hf}' is I8 without '${x.hf}_scale'`);
+      return { ...x, type: 'Q8_0' as const, data: () => repackQ8_0(readRange(x.t), readRange(scale)) };
+    }
+    if (x.t.shape.length === 1) return { ...x, type: 'F32' as const, data: () => toF32(readRange(x.t), x.t.dtype) };
+    if (options.matrices === 'q8_0' && cols % Q8_BLOCK === 0) return { ...x, type: 'Q8_0' as const, data: () => quantizeQ8_0(toNumbers(readRange(x.t), x.t.dtype)) };
+    return { ...x, type: x.t.dtype as keyof typeof ggmlType, data: () => readRange(x.t) };
+  });
+  const dtype = plan.find((x) => x.name === 'token_embd.weight')!.type;
+  const fileType = { F32: 0, F16: 1, Q8_0: 7, BF16: 32 }[dtype];
+  const all = { ...meta, 'general.file_type': { t: T.U32, v: fileType } as Value, ...tokenizerMetadata(folder, config.vocab_size) };
 
   const head = new Out();
   head.push(Buffer.from('GGUF', 'ascii'));
   head.u32(3);
-  head.u64(kept.length);
+  head.u64(plan.length);
   head.u64(Object.keys(all).length);
   for (const [key, value] of Object.entries(all)) {
     head.str(key);
     head.value(value);
   }
   let offset = 0;
-  const plan = kept.map((x) => {
-    const asF32 = x.t.shape.length === 1;
-    const type: Dtype = asF32 ? 'F32' : x.t.dtype;
-    const bytes = x.t.shape.reduce((a, b) => a * b, 1) * dtypeBytes[type];
+  const bytesPer = (type: keyof typeof ggmlType, n: number) => (type === 'Q8_0' ? (n / Q8_BLOCK) * Q8_BLOCK_BYTES : n * { F32: 4, F16: 2, BF16: 2 }[type]);
+  const placed = plan.map((p) => {
+    const bytes = bytesPer(p.type, p.t.shape.reduce((a, b) => a * b, 1));
     const at = offset;
     offset += Math.ceil(bytes / ALIGN) * ALIGN;
-    head.str(x.name);
-    head.u32(x.t.shape.length);
+    head.str(p.name);
+    head.u32(p.t.shape.length);
     // GGUF lists dimensions innermost first: [out, in] is ne = [in, out].
-    for (const d of [...x.t.shape].reverse()) head.u64(d);
-    head.u32(ggmlType[type]);
+    for (const d of [...p.t.shape].reverse()) head.u64(d);
+    head.u32(ggmlType[p.type]);
     head.u64(at);
-    return { ...x, asF32, bytes, at };
+    return { ...p, at };
   });
   head.pad();
 
@@ -268,22 +354,15 @@ export function writeGguf(folder: string, out: string): GgufExport {
   try {
     writeSync(fd, head.take());
     let written = 0;
-    for (const p of plan) {
-      const raw = Buffer.alloc(p.t.end - p.t.start);
-      const src = openSync(p.t.file, 'r');
-      try {
-        readSync(src, raw, 0, raw.length, p.t.start);
-      } finally {
-        closeSync(src);
-      }
-      const data = p.asF32 ? toF32(raw, p.t.dtype) : raw;
+    for (const p of placed) {
+      const data = p.data();
       if (written < p.at) writeSync(fd, Buffer.alloc(p.at - written));
       writeSync(fd, data);
       written = p.at + data.length;
     }
     const end = Math.ceil(written / ALIGN) * ALIGN;
     if (end > written) writeSync(fd, Buffer.alloc(end - written));
-    return { path: out, tensors: plan.length, bytes: head.length + end, dtype };
+    return { path: out, tensors: placed.length, bytes: head.length + end, dtype };
   } finally {
     closeSync(fd);
   }

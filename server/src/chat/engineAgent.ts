@@ -10,7 +10,7 @@ import type { LoadReport } from '../engine/protocol';
 import type { ModelContext } from '../model/modelState';
 import { StreamDecoder } from '../model/tokenizer';
 import { InlineFirst, type SegmentedResult } from './inlineFirst';
-import { loadChatTemplate, type ChatTemplate } from './template';
+import { modelChatTemplate, type ChatTemplate } from './template';
 import { ToolCallStream } from './toolCalls';
 import { AgentError, type AgentModel, type ChatDelta, type ChatRequest, type GenerationResult, type TextRequest } from './types';
 
@@ -146,7 +146,7 @@ export class EngineAgent {
 
   private template(model: ModelContext): Promise<ChatTemplate> {
     let t = this.templates.get(model);
-    if (!t) this.templates.set(model, (t = loadChatTemplate(model.info.dir)));
+    if (!t) this.templates.set(model, (t = modelChatTemplate(model.info)));
     return t;
   }
 

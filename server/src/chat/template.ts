@@ -1,11 +1,13 @@
 // The model's own chat template (tokenizer_config.json `chat_template`, or
-// chat_template.jinja beside it) rendered with @huggingface/jinja, as
+// chat_template.jinja beside it; a GGUF file's tokenizer.chat_template) rendered with @huggingface/jinja, as
 // transformers' apply_chat_template does: messages, tools, the generation
 // prompt. Which tool-call format the template teaches (Qwen2.5's
 // <tool_call> JSON, Llama 3's bare JSON) is read from the template itself.
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
+import { isGgufPath } from '../model/modelFiles';
+import type { ModelInfo } from '../model/modelInfo';
 import { AgentError, type ChatMessage, type ChatTool } from './types';
 
 export type ToolFormat = 'hermes' | 'llama3' | 'none';
@@ -23,6 +25,15 @@ function tokenText(t: unknown): string {
   if (typeof t === 'string') return t;
   if (t && typeof t === 'object' && typeof (t as { content?: unknown }).content === 'string') return (t as { content: string }).content;
   return '';
+}
+
+/** The chat template of a model read by modelInfo.ts: a GGUF file's own, else its folder's files. */
+export async function modelChatTemplate(info: Pick<ModelInfo, 'dir' | 'chatTemplate'>): Promise<ChatTemplate> {
+  if (info.chatTemplate) return compileChatTemplate(info.chatTemplate.source, info.chatTemplate.bos, info.chatTemplate.eos, `${info.dir}: tokenizer.chat_template`);
+  if (isGgufPath(info.dir)) {
+    throw new AgentError(`${info.dir}: no "tokenizer.chat_template" in the file's metadata; chat, agent mode and edits need an instruct model with a chat template. The model loaded is a completion model.`, 400, 'model_not_chat');
+  }
+  return loadChatTemplate(info.dir);
 }
 
 /** Reads the chat template of a model folder; an error naming the files when there is none. */

@@ -6,7 +6,7 @@
 import { constants, existsSync } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
-import { fileProblem } from '../model/modelFiles';
+import { fileProblem, isGgufPath } from '../model/modelFiles';
 
 /** The folder that holds dist/, engine/ and package.json. */
 export function installRoot(): string {
@@ -81,11 +81,18 @@ export async function locateModel(setting: string): Promise<Located> {
   const located = modelPathFor(setting);
   if (located.problem) return located;
   const { path, source } = located;
+  if (isGgufPath(path)) {
+    // Mapped by the engine, never read whole by the server: only its kind is checked here.
+    const st = await stat(path).catch(() => undefined);
+    if (!st) return { ...located, problem: `no model at ${path}: check ${source} (a Hugging Face model folder or a .gguf file)` };
+    if (!st.isFile()) return { ...located, problem: `${path} (from ${source}) is not a regular file; expected a .gguf model file` };
+    return located;
+  }
   const config = await fileProblem(join(path, 'config.json'));
   if (config === 'missing') {
     const how = source === 'bundled'
       ? 'the embedded model is not in this install; set runahead.modelPath to a Hugging Face model folder (e.g. Qwen2.5-Coder-0.5B)'
-      : `check ${source} (a Hugging Face model folder)`;
+      : `check ${source} (a Hugging Face model folder or a .gguf file)`;
     return { ...located, problem: `no model at ${path} (config.json missing): ${how}` };
   }
   if (config) return { ...located, problem: config };

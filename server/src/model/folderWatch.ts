@@ -1,15 +1,21 @@
 // Notices a model folder that changed under the server (weights replaced or
 // truncated, tokenizer edited) by polling what loading depends on: the mtime
-// and size of config.json, tokenizer.json and every *.safetensors file. A
-// poll is a readdir and a few stats, cheap enough every 2 s.
+// and size of config.json, tokenizer.json and every *.safetensors file (of a
+// .gguf model, the file itself). A poll is a readdir and a few stats, cheap
+// enough every 2 s.
 import { readdir, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
+import { isGgufPath } from './modelFiles';
 
 type Fingerprint = Map<string, string>;
 
 const WATCHED = ['config.json', 'tokenizer.json'];
 
 async function fingerprint(dir: string): Promise<Fingerprint> {
+  if (isGgufPath(dir)) {
+    const st = await stat(dir).catch(() => undefined);
+    return new Map(st ? [[basename(dir), `${st.mtimeMs}:${st.size}`]] : []);
+  }
   const names = await readdir(dir).catch(() => [] as string[]);
   const out: Fingerprint = new Map();
   for (const name of names) {

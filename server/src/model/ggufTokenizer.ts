@@ -54,6 +54,8 @@ export interface GgufTokenizer {
   eos?: number;
   /** {arch}.context_length */
   contextLength?: number;
+  /** tokenizer.chat_template (an instruct model's), with its BOS/EOS texts for the template's variables */
+  chatTemplate?: { source: string; bos: string; eos: string };
 }
 
 function fail(file: string, key: string, problem: string, expected: string): never {
@@ -175,15 +177,22 @@ export async function loadGgufTokenizer(path: string): Promise<GgufTokenizer> {
   } catch (err) {
     throw new Error(`${path}: @huggingface/tokenizers cannot use the tokenizer.ggml.* metadata (${(err as Error).message}); expected a byte-level BPE tokenizer`);
   }
-  const count = (meta['tokenizer.ggml.tokens'] as unknown[]).length;
+  const tokens = meta['tokenizer.ggml.tokens'] as string[];
+  const count = tokens.length;
   const arch = meta['general.architecture'];
   const context = typeof arch === 'string' ? meta[`${arch}.context_length`] : undefined;
+  const bos = tokenId(meta, path, 'tokenizer.ggml.bos_token_id', count);
+  const eos = tokenId(meta, path, 'tokenizer.ggml.eos_token_id', count);
+  const template = meta['tokenizer.chat_template'];
   return {
     tokenizer,
     pre,
     special: ggufSpecialTokens(meta, path, tokenizer),
-    bos: tokenId(meta, path, 'tokenizer.ggml.bos_token_id', count),
-    eos: tokenId(meta, path, 'tokenizer.ggml.eos_token_id', count),
+    bos,
+    eos,
     contextLength: typeof context === 'number' || typeof context === 'bigint' ? Number(context) : undefined,
+    chatTemplate: typeof template === 'string' && template !== ''
+      ? { source: template, bos: bos === undefined ? '' : tokens[bos], eos: eos === undefined ? '' : tokens[eos] }
+      : undefined,
   };
 }

@@ -7,6 +7,11 @@ import { open, stat } from 'node:fs/promises';
 
 export const MAX_MODEL_FILE_BYTES = 64 * 1024 * 1024;
 
+/** Whether a model path names a GGUF file rather than a Hugging Face folder. */
+export function isGgufPath(path: string): boolean {
+  return path.toLowerCase().endsWith('.gguf');
+}
+
 function kindOf(st: Stats): string {
   if (st.isDirectory()) return 'a directory';
   if (st.isFIFO()) return 'a FIFO';
