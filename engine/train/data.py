@@ -98,7 +98,7 @@ class StreamBuilder:
         self.ids = {name: tok.token_to_id(name) for name in
                     ("<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|repo_name|>",
                      "<|file_sep|>")}
-        self.texts, self.plan = [], []
+        self.texts, self.plan, self.chunk_plan = [], [], []
 
     def _text(self, s):
         self.texts.append(s)
@@ -124,6 +124,7 @@ class StreamBuilder:
         """The document in chunks of whole lines, each headed by `<|file_sep|>path` as the server's repo-level prompt
         is (when path is given), each either plain text or one FIM example."""
         for seg in segments(text):
+            self.chunk_plan.append(len(self.plan))
             if path is not None:
                 self._special("<|file_sep|>")
                 self._text(path + "\n")
@@ -137,21 +138,25 @@ class StreamBuilder:
         self._special("<|endoftext|>")
 
     def build(self, chunk=20000):
-        """The whole stream as one uint16 array."""
+        """The whole stream as one uint16 array, and the offsets where chunks (a file header, a FIM example) begin."""
         encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
         encoded = []
         for i in range(0, len(self.texts), chunk):
             encoded += [np.asarray(e.ids, dtype=np.uint16) for e in encode(self.texts[i:i + chunk], add_special_tokens=False)]
         parts = [np.asarray([-1 - p], dtype=np.uint16) if p < 0 else encoded[p] for p in self.plan]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
+        if not parts:
+            return np.zeros(0, dtype=np.uint16), np.zeros(0, dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum([len(x) for x in parts])])
+        return np.concatenate(parts), offsets[np.asarray(self.chunk_plan, dtype=np.int64)]
 
 
 REPEAT = {"javascript": 2, "go": 2, "rust": 2}
 
 
-def build_stream(tok, docs, seed, repeat=None, fim_rate=FIM_RATE, repo_level=True):
+def build_stream(tok, docs, seed, repeat=None, fim_rate=FIM_RATE, repo_level=True, with_starts=False):
     """Token stream of the documents grouped by package in a seeded order (the repo-level layout: the package's
-    name, then its files, each `<|file_sep|>path`), smaller languages repeated (REPEAT)."""
+    name, then its files, each `<|file_sep|>path`), smaller languages repeated (REPEAT). with_starts: also the
+    offsets where chunks begin (training windows aligned there see whole FIM examples, as a prompt is)."""
     repeat = REPEAT if repeat is None else repeat
     rng = random.Random(seed)
     packages = {}
@@ -171,7 +176,8 @@ def build_stream(tok, docs, seed, repeat=None, fim_rate=FIM_RATE, repo_level=Tru
                 path = display_path(doc) if repo_level and prng.random() < 0.9 else None
                 builder.add_document(doc["text"], random.Random(stable_hash(doc["path"]) + 7919 * r + seed), fim_rate, path)
             builder.end()
-    return builder.build()
+    stream, starts = builder.build()
+    return (stream, starts) if with_starts else stream
 
 
 def whole_lines_before(text, pos, max_chars):

@@ -40,6 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 SEED = 1234
 CORPUS_ARCHIVE = ".corpus/corpus.jsonl.xz"
 TARGET_BATCH = 64
+ALIGNED = 0.75  # share of training windows that start at a chunk's start
 SITE_PACKAGE_BYTES = 2_500_000  # the GPU machine's own site-packages: many packages, none dominating
 BUNDLE_LIMIT = 24_000_000
 
@@ -94,7 +95,8 @@ class Run:
             if not os.path.exists(path):
                 train, held = self.docs()
                 t0 = time.time()
-                arrays = dict(train=data.build_stream(self.tok(), train, SEED),
+                stream, starts = data.build_stream(self.tok(), train, SEED, with_starts=True)
+                arrays = dict(train=stream, starts=starts,
                               held=data.build_stream(self.tok(), held, SEED + 1),
                               plain=data.build_stream(self.tok(), held, SEED + 2, repeat={}, fim_rate=0.0))
                 np.savez(path, **arrays)
@@ -102,6 +104,7 @@ class Run:
                     f"{time.time() - t0:.0f}s")
             z = np.load(path)
             self._streams = tuple(torch.from_numpy(z[k].astype(np.int32)).to(self.device) for k in ("train", "held", "plain"))
+            self.starts = torch.from_numpy(z["starts"]).to(self.device)
         return self._streams
 
     def export(self):
@@ -115,7 +118,8 @@ class Run:
             t.add(self.splits, arcname="splits")
         path = os.path.join(self.work, "weights.tar")
         with tarfile.open(path, "w") as t:
-            for folder, name in [(self.model_dir, "runahead-coder"), (self.master, "bf16")] + \
+            # What comes back is at most ~64 MB in all: the bf16 master (37 MB) stays on the GPU machine.
+            for folder, name in [(self.model_dir, "runahead-coder")] + \
                     [(d, f"draft-{n}") for n, d in self.draft_dirs.items()]:
                 if os.path.exists(folder):
                     t.add(folder, arcname=name)
@@ -129,9 +133,15 @@ def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def windows(stream, batch, length, gen):
-    """batch random windows of length+1 tokens from a stream (inputs and shifted targets)."""
+def windows(stream, batch, length, gen, starts=None, aligned=ALIGNED):
+    """batch random windows of length+1 tokens from a stream (inputs and shifted targets); with starts, that share
+    of them begins where a chunk does, so the model sees whole FIM examples from their header, as a prompt is."""
     idx = torch.randint(0, len(stream) - length - 1, (batch,), device=stream.device, generator=gen)
+    if starts is not None:
+        starts = starts[starts < len(stream) - length - 1]
+        pick = starts[torch.randint(0, len(starts), (batch,), device=stream.device, generator=gen)]
+        use = torch.rand(batch, device=stream.device, generator=gen) < aligned
+        idx = torch.where(use, pick, idx)
     return stream[idx[:, None] + torch.arange(length + 1, device=stream.device)].long()
 
 
@@ -237,7 +247,7 @@ def stage_target(run):
     batch = run.scale(TARGET_BATCH)
 
     def step(i):
-        x = windows(train, batch, run.seq, gen)
+        x = windows(train, batch, run.seq, gen, run.starts)
         with autocast(run):
             logits = model(input_ids=x[:, :-1], use_cache=False).logits
         return F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten()), {}
@@ -296,7 +306,7 @@ def stage_mtp(run, depth=3):
     batch, T = run.scale(48), run.head_seq
 
     def step(i):
-        x = windows(train, batch, T, gen)[:, :-1]
+        x = windows(train, batch, T, gen, run.starts)[:, :-1]
         with torch.no_grad(), autocast(run):
             t_logits = target(input_ids=x, use_cache=False).logits
         with autocast(run):
@@ -361,7 +371,7 @@ def stage_draft(run):
     for loss_name, steps in (("kl", run.args.steps_draft), ("kl+tv", run.args.steps_draft_tv)):
         def step(i):
             if i % 2 == 0:
-                x = windows(train, run.scale(64), run.head_seq, gen)[:, :-1]
+                x = windows(train, run.scale(64), run.head_seq, gen, run.starts)[:, :-1]
             else:
                 x = samples[torch.randint(0, len(samples), (run.scale(128),), device=run.device, generator=gen)]
             with torch.no_grad(), autocast(run):
