@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { gguf } from '@huggingface/gguf';
 import { agreedTokens, defaultParams, runBenchmark, type BenchmarkResult, type Configuration } from '../../server/src/bench/benchmark';
 import { isReserved, reservedPackages, workspaceFiles } from '../../server/src/bench/files';
-import { findPeer, LlamaCppPeer, parsePerfLines } from '../../server/src/bench/peer';
+import { findPeer, LlamaCppPeer, parsePerfLines, releaseLlamaCpp } from '../../server/src/bench/peer';
 import { quantizeQ8_0, writeGguf } from '../../server/src/bench/gguf';
 import { renderIssue, renderMarkdown, renderText } from '../../server/src/bench/report';
 import { bundledSamples } from '../../server/src/bench/samples';
@@ -271,6 +271,7 @@ describe('llama.cpp peer', function () {
       assert.deepEqual((await peer.generate(prompt, 12, [a.tokens[3]])).tokens, a.tokens.slice(0, a.tokens.indexOf(a.tokens[3])));
     } finally {
       await peer.close();
+      await releaseLlamaCpp();
       rmSync(dir, { recursive: true, force: true });
     }
   });

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/error.h"
+#include "model/half.h"
 
 namespace runahead {
 
@@ -19,7 +20,7 @@ void Q8Activations::quantize(const float* x, int64_t n) {
     const float* xb = x + 32 * b;
     float amax = 0;
     for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(xb[l]));
-    d[b] = amax / 127;
+    d[b] = f16_to_f32(f32_to_f16(amax / 127));
     const float inv = amax ? 127 / amax : 0;
     int32_t s = 0;
     for (int l = 0; l < 32; ++l) {

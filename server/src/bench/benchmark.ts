@@ -23,7 +23,7 @@ import type { LoadReport } from '../engine/protocol';
 import type { Log } from '../log';
 import { RemoteSource } from '../remote/remoteSource';
 import type { Settings, Speculation } from '../settings';
-import { LlamaCppPeer, PEER_PACKAGE, PEER_VERSION, type PeerRun } from './peer';
+import { LlamaCppPeer, PEER_PACKAGE, PEER_VERSION, releaseLlamaCpp, type PeerRun } from './peer';
 import { writeGguf } from './gguf';
 import { bundledSamples } from './samples';
 import { distribution, editSimilarity, exactMatch, mean, type Distribution } from './stats';
@@ -409,6 +409,7 @@ export async function runBenchmark(params: BenchmarkParams, env: BenchmarkEnv): 
     };
   } finally {
     await llama?.close().catch(() => undefined);
+    await releaseLlamaCpp().catch(() => undefined);
     await Promise.all(configs.map((c) => c.source.stop?.().catch(() => undefined)));
   }
 }

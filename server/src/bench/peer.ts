@@ -27,6 +27,7 @@ export interface PeerRun {
 interface NlcSequence {
   clearHistory(): Promise<void>;
   evaluate(tokens: number[], options: { temperature: number; yieldEogToken: boolean }): AsyncGenerator<number>;
+  controlledEvaluate(input: (number | [number, { generateNext: { token: true; options: { temperature: 0 } } }])[]): Promise<({ next?: { token?: number | null } } | undefined)[]>;
 }
 interface NlcContext {
   getSequence(): NlcSequence;
@@ -71,6 +72,32 @@ export function peerInstallCommand(base: string): string {
   return `npm install --prefix "${base}" --no-save ${PEER_PACKAGE}@${PEER_VERSION}`;
 }
 
+type NlcLlama = Awaited<ReturnType<NlcModule['getLlama']>>;
+let shared: { key: string; llama: NlcLlama; logged: string[] } | undefined;
+
+/**
+ * One llama.cpp instance per process and device choice: node-llama-cpp keeps its logger with
+ * the first instance, so a second getLlama would log nowhere and the counters could not be read.
+ */
+async function sharedLlama(entry: string, gpu: boolean): Promise<{ llama: NlcLlama; logged: string[] }> {
+  const key = `${entry}:${gpu}`;
+  if (shared?.key === key) return shared;
+  await shared?.llama.dispose();
+  const nlc = (await importModule(pathToFileURL(entry).href)) as NlcModule;
+  const logged: string[] = [];
+  // At 'info' so that printTimings reaches the logger; nothing else logged is shown.
+  const llama = await nlc.getLlama({ gpu: gpu ? 'auto' : false, build: 'never', logLevel: 'info', logger: (_level, message) => logged.push(message) });
+  shared = { key, llama, logged };
+  return shared;
+}
+
+/** Releases the llama.cpp instance (after the last peer is closed): the process can then exit. */
+export async function releaseLlamaCpp(): Promise<void> {
+  const last = shared;
+  shared = undefined;
+  await last?.llama.dispose();
+}
+
 export class LlamaCppPeer {
   private constructor(
     private readonly context: NlcContext,
@@ -84,16 +111,12 @@ export class LlamaCppPeer {
 
   /** Loads `gguf` with node-llama-cpp from `entry` (its resolved index.js); `gpu` false keeps it on the CPU like a CPU engine. */
   static async open(entry: string, gguf: string, options: { threads: number; contextSize: number; gpu: boolean }): Promise<LlamaCppPeer> {
-    const nlc = (await importModule(pathToFileURL(entry).href)) as NlcModule;
-    const logged: string[] = [];
-    // At 'info' so that printTimings reaches the logger; nothing else logged is shown.
-    const llama = await nlc.getLlama({ gpu: options.gpu ? 'auto' : false, build: 'never', logLevel: 'info', logger: (_level, message) => logged.push(message) });
+    const { llama, logged } = await sharedLlama(entry, options.gpu);
     const model = await llama.loadModel({ modelPath: gguf });
     const context = await model.createContext({ contextSize: options.contextSize, threads: options.threads || undefined, batchSize: 512, performanceTracking: true });
     const peer = new LlamaCppPeer(context, context.getSequence(), logged, async () => {
       await context.dispose();
       await model.dispose();
-      await llama.dispose();
     }, llama.gpu || 'cpu');
     // The first evaluation allocates llama.cpp's compute buffers (~5x a later prefill): not part of any task.
     await peer.generate(Array.from({ length: 64 }, (_, i) => i + 1), 8, []);
@@ -131,6 +154,21 @@ export class LlamaCppPeer {
       wall_decode_ms_per_token: decodes > 0 ? (end - first) / decodes : NaN,
       tokens,
     };
+  }
+
+  /**
+   * Teacher forcing: llama.cpp's greedy next token after each position `from`..end of
+   * `tokens` (one batch over the whole sequence, from an empty KV cache).
+   */
+  async nextTokens(tokens: number[], from: number): Promise<number[]> {
+    await this.sequence.clearHistory();
+    const input = tokens.map((t, i) => (i >= from ? ([t, { generateNext: { token: true, options: { temperature: 0 } } }] as [number, { generateNext: { token: true; options: { temperature: 0 } } }]) : t));
+    const out = await this.sequence.controlledEvaluate(input);
+    return tokens.slice(from).map((_, i) => {
+      const t = out[from + i]?.next?.token;
+      if (typeof t !== 'number') throw new Error(`llama.cpp gave no next token at position ${from + i}`);
+      return t;
+    });
   }
 
   /** llama.cpp's counters since the last call (printTimings logs and resets them; the logger runs on the event loop, after printTimings has returned). */
