@@ -32,7 +32,7 @@ struct BenchArgs {
 };
 
 constexpr const char* kUsage =
-    "usage: runahead-engine bench (--model DIR | --random-shape qwen2.5-coder-0.5b|1.5b|7b)\n"
+    "usage: runahead-engine bench (--model DIR|FILE.gguf | --random-shape qwen2.5-coder-0.5b|1.5b|7b)\n"
     "                             [--ctx N] [--tokens N] [--threads N] [--json]\n"
     "       runahead-engine bench --backend cuda (--model DIR | --random-shape ...)\n"
     "                             [--ctx N] [--tokens N] [--prefill N] [--reps N] [--json]\n";

@@ -10,14 +10,15 @@ import { closeSync, existsSync, openSync, readFileSync, readSync, writeSync } fr
 import { basename, join } from 'node:path';
 
 /** ggml's tensor types for the dtypes a folder holds (I8: the int8 half of a Q8_0 pair, MODEL_FORMAT.md). */
-const ggmlType = { F32: 0, F16: 1, BF16: 30, Q8_0: 8 } as const;
-type Dtype = keyof typeof ggmlType | 'I8';
+const ggmlType = { F32: 0, F16: 1, BF16: 30, Q8_0: 8, Q4_K: 12, Q6_K: 14 } as const;
+export type GgmlType = keyof typeof ggmlType;
+type Dtype = GgmlType | 'I8';
 const Q8_BLOCK = 32;
 const Q8_BLOCK_BYTES = 34;
 
 /** GGUF metadata value types. */
-const T = { U32: 4, I32: 5, F32: 6, BOOL: 7, STRING: 8, ARRAY: 9 } as const;
-type Value = { t: typeof T.U32 | typeof T.I32 | typeof T.F32; v: number } | { t: typeof T.BOOL; v: boolean } | { t: typeof T.STRING; v: string }
+export const T = { U32: 4, I32: 5, F32: 6, BOOL: 7, STRING: 8, ARRAY: 9 } as const;
+export type Value = { t: typeof T.U32 | typeof T.I32 | typeof T.F32; v: number } | { t: typeof T.BOOL; v: boolean } | { t: typeof T.STRING; v: string }
   | { t: typeof T.ARRAY; of: typeof T.STRING; v: string[] } | { t: typeof T.ARRAY; of: typeof T.I32; v: number[] };
 
 const ALIGN = 32;
@@ -117,7 +118,7 @@ export function tokenizerMetadata(folder: string, vocabSize: number): Record<str
   return meta;
 }
 
-interface Qwen2Config {
+export interface Qwen2Config {
   architectures?: string[];
   hidden_size: number;
   intermediate_size: number;
@@ -136,12 +137,15 @@ export function architectureMetadata(folder: string): { meta: Record<string, Val
   const config = JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')) as Qwen2Config;
   const arch = config.architectures?.[0];
   if (arch !== 'Qwen2ForCausalLM') throw new Error(`${join(folder, 'config.json')}: architectures[0] is ${arch}; the GGUF export writes Qwen2ForCausalLM only`);
+  return { config, meta: qwen2Metadata(config, basename(folder)) };
+}
+
+/** general.* and qwen2.* for a Qwen2 config. */
+export function qwen2Metadata(config: Qwen2Config, name: string): Record<string, Value> {
   const u32 = (v: number): Value => ({ t: T.U32, v });
   return {
-    config,
-    meta: {
       'general.architecture': { t: T.STRING, v: 'qwen2' },
-      'general.name': { t: T.STRING, v: basename(folder) },
+      'general.name': { t: T.STRING, v: name },
       'general.alignment': u32(ALIGN),
       'qwen2.block_count': u32(config.num_hidden_layers),
       'qwen2.context_length': u32(config.max_position_embeddings ?? 4096),
@@ -151,7 +155,6 @@ export function architectureMetadata(folder: string): { meta: Record<string, Val
       'qwen2.attention.head_count_kv': u32(config.num_key_value_heads ?? config.num_attention_heads),
       'qwen2.rope.freq_base': { t: T.F32, v: config.rope_parameters?.rope_theta ?? config.rope_theta ?? 10000 },
       'qwen2.attention.layer_norm_rms_epsilon': { t: T.F32, v: config.rms_norm_eps ?? 1e-6 },
-    },
   };
 }
 
@@ -217,7 +220,7 @@ function f16ToF32(h: number): number {
 }
 
 /** Round to nearest even f32 -> f16 bits (finite values in f16's range, as Q8_0 scales are). */
-function f32ToF16(v: number): number {
+export function f32ToF16(v: number): number {
   const f32 = new Float32Array([v]);
   const x = new Uint32Array(f32.buffer)[0];
   const sign = (x >>> 16) & 0x8000;
@@ -310,40 +313,55 @@ export function writeGguf(folder: string, out: string, options: GgufOptions = {}
   const kept = [...tensors.entries()].map(([hf, t]) => ({ hf, name: ggufTensorName(hf), t })).filter((x): x is { hf: string; name: string; t: SafeTensor } => x.name !== undefined);
   if (!kept.some((x) => x.name === 'token_embd.weight')) throw new Error(`${folder}: no model.embed_tokens.weight`);
   // What each tensor is written as, and how its bytes are made.
-  const plan = kept.map((x) => {
+  const plan: (GgufTensorPlan & { name: string })[] = kept.map((x) => {
     const cols = x.t.shape[x.t.shape.length - 1];
     const scale = tensors.get(`${x.hf}_scale`);
     if (x.t.dtype === 'I8') {
       if (!scale) throw new Error(`${x.t.file}: tensor '${x.hf}' is I8 without '${x.hf}_scale'`);
-      return { ...x, type: 'Q8_0' as const, data: () => repackQ8_0(readRange(x.t), readRange(scale)) };
+      return { name: x.name, shape: x.t.shape, type: 'Q8_0', data: () => repackQ8_0(readRange(x.t), readRange(scale)) };
     }
-    if (x.t.shape.length === 1) return { ...x, type: 'F32' as const, data: () => toF32(readRange(x.t), x.t.dtype) };
-    if (options.matrices === 'q8_0' && cols % Q8_BLOCK === 0) return { ...x, type: 'Q8_0' as const, data: () => quantizeQ8_0(toNumbers(readRange(x.t), x.t.dtype)) };
-    return { ...x, type: x.t.dtype as keyof typeof ggmlType, data: () => readRange(x.t) };
+    if (x.t.shape.length === 1) return { name: x.name, shape: x.t.shape, type: 'F32', data: () => toF32(readRange(x.t), x.t.dtype) };
+    if (options.matrices === 'q8_0' && cols % Q8_BLOCK === 0) return { name: x.name, shape: x.t.shape, type: 'Q8_0', data: () => quantizeQ8_0(toNumbers(readRange(x.t), x.t.dtype)) };
+    return { name: x.name, shape: x.t.shape, type: x.t.dtype as GgmlType, data: () => readRange(x.t) };
   });
   const dtype = plan.find((x) => x.name === 'token_embd.weight')!.type;
-  const fileType = { F32: 0, F16: 1, Q8_0: 7, BF16: 32 }[dtype];
+  const fileType = { F32: 0, F16: 1, Q8_0: 7, Q4_K: 15, Q6_K: 18, BF16: 32 }[dtype];
   const all = { ...meta, 'general.file_type': { t: T.U32, v: fileType } as Value, ...tokenizerMetadata(folder, config.vocab_size) };
 
+  return { ...writeGgufFile(out, all, plan), dtype };
+}
+
+/** One tensor of a GGUF file: its name, shape (outermost first), type, and its bytes when asked. */
+export interface GgufTensorPlan {
+  name: string;
+  shape: number[];
+  type: GgmlType;
+  data(): Buffer;
+}
+
+const bytesPer = (type: GgmlType, n: number) =>
+  type === 'Q8_0' ? (n / 32) * 34 : type === 'Q4_K' ? (n / 256) * 144 : type === 'Q6_K' ? (n / 256) * 210 : n * { F32: 4, F16: 2, BF16: 2 }[type];
+
+/** Writes a GGUF v3 file: metadata, tensor infos, tensors aligned to ALIGN (each made when written). */
+export function writeGgufFile(out: string, meta: Record<string, Value>, plan: GgufTensorPlan[]): { path: string; tensors: number; bytes: number } {
   const head = new Out();
   head.push(Buffer.from('GGUF', 'ascii'));
   head.u32(3);
   head.u64(plan.length);
-  head.u64(Object.keys(all).length);
-  for (const [key, value] of Object.entries(all)) {
+  head.u64(Object.keys(meta).length);
+  for (const [key, value] of Object.entries(meta)) {
     head.str(key);
     head.value(value);
   }
   let offset = 0;
-  const bytesPer = (type: keyof typeof ggmlType, n: number) => (type === 'Q8_0' ? (n / Q8_BLOCK) * Q8_BLOCK_BYTES : n * { F32: 4, F16: 2, BF16: 2 }[type]);
   const placed = plan.map((p) => {
-    const bytes = bytesPer(p.type, p.t.shape.reduce((a, b) => a * b, 1));
+    const bytes = bytesPer(p.type, p.shape.reduce((a, b) => a * b, 1));
     const at = offset;
     offset += Math.ceil(bytes / ALIGN) * ALIGN;
     head.str(p.name);
-    head.u32(p.t.shape.length);
+    head.u32(p.shape.length);
     // GGUF lists dimensions innermost first: [out, in] is ne = [in, out].
-    for (const d of [...p.t.shape].reverse()) head.u64(d);
+    for (const d of [...p.shape].reverse()) head.u64(d);
     head.u32(ggmlType[p.type]);
     head.u64(at);
     return { ...p, at };
@@ -362,7 +380,7 @@ export function writeGguf(folder: string, out: string, options: GgufOptions = {}
     }
     const end = Math.ceil(written / ALIGN) * ALIGN;
     if (end > written) writeSync(fd, Buffer.alloc(end - written));
-    return { path: out, tensors: placed.length, bytes: head.length + end, dtype };
+    return { path: out, tensors: placed.length, bytes: head.length + end };
   } finally {
     closeSync(fd);
   }
