@@ -4,6 +4,8 @@
 // whose Isa struct lives in an anonymous namespace (see make_kernels.h for why).
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "cpu/quant_kernels.h"
 
 namespace runahead::simd {
@@ -46,8 +48,32 @@ void matvec_q8_0_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int
   }
 }
 
+// The 8 sub-block scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K block's 12 packed bytes,
+// unpacked with 32-bit masks (the q4_k_scale_min layout, all eight at once).
+inline __m256i q4_k_scales_mins(const uint8_t* packed, __m256i& mins) {
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  const uint32_t m_low = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  u[2] = m_low;
+  u[0] &= kLow6;
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+  mins = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
+  return _mm256_cvtepu8_epi32(bytes);
+}
+
+// [sum of p_0's lanes, ..., sum of p_7's lanes] for eight vectors of int32 partial sums.
+inline __m256i lane_sums8(const __m256i p[8]) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
 // Q4_K: sub-block j (32 weights) = d sc_j q - dmin m_j, so its product with the activation
-// block is d sc_j d_x sum(q q_x) - dmin m_j d_x sum(q_x).
+// block is d sc_j d_x sum(q q_x) - dmin m_j d_x sum(q_x). The eight sub-blocks of a block are
+// one vector each of scales, mins, activation scales and sums.
 template <class Isa>
 void matvec_q4_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
                       const Q8Activations& x, float* y) {
@@ -55,26 +81,25 @@ void matvec_q4_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t r = row_begin; r < row_end; ++r) {
     const auto* b = reinterpret_cast<const BlockQ4_K*>(w + r * row_bytes);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
+    __m256 acc = _mm256_setzero_ps(), mins_acc = _mm256_setzero_ps();
     for (int64_t k = 0; k < blocks; ++k) {
-      const float d = _cvtsh_ss(b[k].d), dmin = _cvtsh_ss(b[k].dmin);
-      const float* xd = &x.d[8 * k];
+      const __m256 xd = _mm256_loadu_ps(&x.d[8 * k]);
+      const __m256 xsum = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(&x.sum[8 * k])));
+      __m256i m;
+      const __m256i sc = q4_k_scales_mins(b[k].scales, m);
       const int8_t* xq = &x.q[256 * k];
-      uint8_t sc[8], m[8];
-      for (int j = 0; j < 8; ++j) q4_k_scale_min(j, b[k].scales, sc[j], m[j]);
+      __m256i p[8];
       for (int g = 0; g < 4; ++g) {
         const __m256i bytes = load32(b[k].qs + 32 * g);
-        const __m256i lo = _mm256_and_si256(bytes, low4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-        const __m256i p0 = Isa::dot_u8s8(lo, load32(xq + 64 * g));
-        const __m256i p1 = Isa::dot_u8s8(hi, load32(xq + 64 * g + 32));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d * sc[2 * g] * xd[2 * g]), acc);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d * sc[2 * g + 1] * xd[2 * g + 1]), acc);
+        p[2 * g] = Isa::dot_u8s8(_mm256_and_si256(bytes, low4), load32(xq + 64 * g));
+        p[2 * g + 1] = Isa::dot_u8s8(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), load32(xq + 64 * g + 32));
       }
-      for (int j = 0; j < 8; ++j) mins += dmin * m[j] * xd[j] * float(x.sum[8 * k + j]);
+      const __m256 dots = _mm256_cvtepi32_ps(lane_sums8(p));
+      acc = _mm256_fmadd_ps(_mm256_mul_ps(dots, _mm256_cvtepi32_ps(sc)), _mm256_mul_ps(xd, _mm256_set1_ps(_cvtsh_ss(b[k].d))), acc);
+      mins_acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(_cvtsh_ss(b[k].dmin))),
+                                 _mm256_mul_ps(xd, xsum), mins_acc);
     }
-    y[r - row_begin] = hsum(acc) - mins;
+    y[r - row_begin] = hsum(_mm256_sub_ps(acc, mins_acc));
   }
 }
 
