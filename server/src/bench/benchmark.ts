@@ -377,7 +377,7 @@ export async function runBenchmark(params: BenchmarkParams, env: BenchmarkEnv): 
       load_average: [loadAtStart, loadavg()[0]],
       backend: report?.backend ?? (configs.some((c) => c.name === 'remote') ? 'remote' : undefined),
       model: report?.model ? basename(report.model) : env.settings.modelPath || 'runahead-coder',
-      quantization: report?.dtype,
+      quantization: report?.weights ?? report?.dtype,
       parameters: report?.parameters,
       os: `${process.platform} ${process.arch}`,
       node: process.version,

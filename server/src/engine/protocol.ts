@@ -40,7 +40,10 @@ export interface LoadReport {
   architecture?: string;
   model?: string;
   parameters?: number;
+  /** The embedding's storage format. */
   dtype?: string;
+  /** The weight matrices' formats as stored: "bf16", "q8_0", "q4_k+q6_k", ... (engine/PROTOCOL.md). */
+  weights?: string;
   backend?: string;
   threads?: number;
   context_length?: number;
