@@ -6,7 +6,9 @@
 
 #include "engine_process.h"
 #include "gguf_model_writer.h"
+#include "model/quantize.h"
 #include "model_writer.h"
+#include "q8_0_writer.h"
 
 using nlohmann::json;
 using runahead::testing::EngineProcess;
@@ -24,9 +26,9 @@ json load(EngineProcess& engine, const fs::path& model, const json& options) {
   return *loaded;
 }
 
-// The tokens of a greedy 16-token generation.
-std::vector<int> generate(EngineProcess& engine) {
-  engine.send(json{{"type", "generate"}, {"id", "g"}, {"prompt", {1, 2, 3, 4, 5}}, {"params", {{"max_tokens", 16}}}});
+// The tokens of a greedy generation.
+std::vector<int> generate(EngineProcess& engine, const std::vector<int>& prompt = {1, 2, 3, 4, 5}, int max_tokens = 16) {
+  engine.send(json{{"type", "generate"}, {"id", "g"}, {"prompt", prompt}, {"params", {{"max_tokens", max_tokens}}}});
   std::vector<int> tokens;
   for (;;) {
     const auto m = engine.read();
@@ -69,4 +71,33 @@ TEST_CASE("protocol weights: options.weights q8_0 quantizes the matrices at load
   loaded = load(engine, dir.path / "tiny.gguf", {{"backend", "cpu"}});
   REQUIRE(loaded["type"] == "loaded");
   CHECK(loaded["report"]["speculation"]["drafters"].size() == 1);  // lookup
+}
+
+// How the default model ships: model.safetensors, mtp.safetensors and draft/ in Q8_0 pairs.
+TEST_CASE("protocol weights: a Q8_0 bundle with its MTP head and draft loads, and speculation stays lossless") {
+  const fs::path embedded = fs::path(RUNAHEAD_FIXTURES) / ".." / ".." / "engine" / "models" / "runahead-coder";
+  TempDir dir;
+  const fs::path model = dir.path / "coder-q8_0";
+  const auto base = runahead::with_bf16_matrices(std::make_shared<const runahead::ModelWeights>(runahead::load_model(embedded)));
+  const runahead::ModelWeights q8 = runahead::quantize_matrices(*base, runahead::QuantType::Q8_0);
+  write_q8_0_bundle(model, embedded, q8);
+  write_q8_0_bundle(model / "draft", embedded, q8);
+  write_q8_0_mtp(embedded / "mtp.safetensors", model / "mtp.safetensors");
+  fs::copy_file(embedded / "tokenizer.json", model / "tokenizer.json");
+
+  EngineProcess engine;
+  const std::vector<int> prompt = {331, 4139, 5928, 14, 1600, 18, 1242, 336, 265, 552, 18, 475, 79, 277, 227, 22};
+  json loaded = load(engine, model, {{"backend", "cpu"}, {"speculation", "off"}});
+  REQUIRE(loaded["type"] == "loaded");
+  CHECK(loaded["report"]["weights"] == "q8_0");
+  CHECK(loaded["report"]["newline_tokens"] > 0);
+  const std::vector<int> plain = generate(engine, prompt, 48);
+  CHECK(plain.size() == 48);
+
+  loaded = load(engine, model, {{"backend", "cpu"}, {"speculation", "auto"}});
+  REQUIRE(loaded["type"] == "loaded");
+  std::vector<std::string> drafters;
+  for (const json& d : loaded["report"]["speculation"]["drafters"]) drafters.push_back(d["name"]);
+  CHECK(drafters == std::vector<std::string>{"lookup", "mtp", "draft"});
+  CHECK(generate(engine, prompt, 48) == plain);
 }

@@ -5,10 +5,7 @@
 
 #include <memory>
 
-#include "cpu/quant_blocks.h"
-#include "model/numerics.h"
 #include "model/quantize.h"
-#include "model/safetensors.h"
 #include "model_compare.h"
 #include "q8_0_writer.h"
 #include "runtime/drafters/draft_model.h"
@@ -21,13 +18,6 @@ namespace {
 
 const fs::path kFixtures = fs::path(RUNAHEAD_FIXTURES) / "models";
 const fs::path kEmbedded = fs::path(RUNAHEAD_FIXTURES) / ".." / ".." / "engine" / "models" / "runahead-coder";
-
-// `dir` holds `model`'s config.json and its weights, Q8_0 matrices as pairs.
-void write_bundle(const fs::path& dir, const fs::path& model, const ModelWeights& w) {
-  fs::create_directories(dir);
-  fs::copy_file(model / "config.json", dir / "config.json");
-  write_file(dir / "model.safetensors", safetensors_of(model_tensors(w)));
-}
 
 std::shared_ptr<const ModelWeights> load(const fs::path& dir) { return std::make_shared<const ModelWeights>(load_model(dir)); }
 
@@ -58,7 +48,7 @@ TEST_CASE("quantized safetensors: a Q8_0 bundle (tied embedding too) loads as th
     TempDir dir;
     const auto base = load(kFixtures / name);
     const auto q8 = std::make_shared<const ModelWeights>(quantize_matrices(*base, QuantType::Q8_0));
-    write_bundle(dir.path, kFixtures / name, *q8);
+    write_q8_0_bundle(dir.path, kFixtures / name, *q8);
     const auto loaded = load(dir.path);
     CHECK(weight_formats(*loaded) == "q8_0");
     CHECK(loaded->final_norm.dtype == base->final_norm.dtype);
@@ -75,26 +65,10 @@ TEST_CASE("quantized safetensors: the embedded model, its MTP head and a draft f
   const fs::path model = dir.path / "model";
   const auto base = with_bf16_matrices(load(kEmbedded));
   const auto q8 = std::make_shared<const ModelWeights>(quantize_matrices(*base, QuantType::Q8_0));
-  write_bundle(model, kEmbedded, *q8);
-  write_bundle(model / "draft", kEmbedded, *q8);
+  write_q8_0_bundle(model, kEmbedded, *q8);
+  write_q8_0_bundle(model / "draft", kEmbedded, *q8);
 
-  // mtp.safetensors: its matrices quantized, its norms as they were.
-  const MappedFile mtp_file(kEmbedded / "mtp.safetensors");
-  std::vector<std::vector<uint8_t>> blocks;
-  std::vector<RawTensor> mtp;
-  for (Tensor t : parse_safetensors(mtp_file.data(), mtp_file.size(), "mtp")) {
-    if (t.shape.size() == 2) {
-      std::vector<float> row(static_cast<size_t>(t.cols()));
-      blocks.emplace_back(size_t(t.rows()) * quant_row_bytes(QuantType::Q8_0, t.cols()));
-      for (int64_t r = 0; r < t.rows(); ++r) {
-        widen(t, r * t.cols(), t.cols(), row.data());
-        quantize_row(QuantType::Q8_0, row.data(), t.cols(), blocks.back().data() + size_t(r) * quant_row_bytes(QuantType::Q8_0, t.cols()));
-      }
-      t = Tensor{t.name, DType::Q8_0, t.shape, blocks.back().data()};
-    }
-    for (RawTensor& r : safetensors_form(t)) mtp.push_back(std::move(r));
-  }
-  write_file(model / "mtp.safetensors", safetensors_of(mtp, {{"format", "runahead-mtp"}, {"version", "1"}}));
+  write_q8_0_mtp(kEmbedded / "mtp.safetensors", model / "mtp.safetensors");
 
   const auto target = load(model);
   CHECK(target->embed.dtype == DType::Q8_0);
