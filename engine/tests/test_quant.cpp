@@ -195,13 +195,12 @@ TEST_CASE("quant: matvec of every kernel table matches a double reference on the
   }
 }
 
-TEST_CASE("quant: the threaded matvec and the prefill matmul equal the rows kernel") {
+TEST_CASE("quant: the threaded matvec and the prefill matmul of 1 to 7 tokens equal the rows kernel") {
   ThreadPool pool(2);
   const QuantKernels& k = select_quant_kernels();
   const int64_t rows = 301, cols = 512;
-  const int n = 5;
   const std::vector<float> w = weights(rows * cols, 7);
-  std::vector<float> x(n * cols);
+  std::vector<float> x(7 * cols);
   std::mt19937_64 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& v : x) v = normal(rng);
@@ -209,16 +208,19 @@ TEST_CASE("quant: the threaded matvec and the prefill matmul equal the rows kern
     INFO(std::string(quant_format(t).name));
     const auto q = quantize(t, w, rows, cols);
     const QuantMatrix m{t, q.data(), rows, cols};
-    std::vector<float> y(n * rows);
-    matmul_quant(pool, k, m, x.data(), n, y.data());
-    Q8Activations xq;
-    for (int tok = 0; tok < n; ++tok) {
-      std::vector<float> one(rows), direct(rows);
-      matvec_quant(pool, k, m, &x[tok * cols], xq, one.data());
-      k.rows(t)(q.data(), m.row_bytes(), 0, rows, cols, xq, direct.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        REQUIRE(one[r] == direct[r]);
-        REQUIRE(y[tok * rows + r] == direct[r]);
+    for (int n = 1; n <= 7; ++n) {
+      INFO("tokens " << n);
+      std::vector<float> y(n * rows);
+      matmul_quant(pool, k, m, x.data(), n, y.data());
+      Q8Activations xq;
+      for (int tok = 0; tok < n; ++tok) {
+        std::vector<float> one(rows), direct(rows);
+        matvec_quant(pool, k, m, &x[tok * cols], xq, one.data());
+        k.rows(t)(q.data(), m.row_bytes(), 0, rows, cols, xq, direct.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          REQUIRE(one[r] == direct[r]);
+          REQUIRE(y[tok * rows + r] == direct[r]);
+        }
       }
     }
   }
