@@ -8,9 +8,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cpu/quant_blocks.h"
-#include "model/numerics.h"
-#include "model/safetensors.h"
 #include "model/tensor.h"
 #include "model/weights.h"
 #include "model_writer.h"
@@ -68,28 +65,6 @@ inline void write_q8_0_bundle(const fs::path& dir, const fs::path& model, const 
   fs::create_directories(dir);
   fs::copy_file(model / "config.json", dir / "config.json");
   write_file(dir / "model.safetensors", safetensors_of(model_tensors(w)));
-}
-
-// The MTP head `mtp` (mtp.safetensors) written to `out` with its matrices in Q8_0 pairs, its
-// norms as they were.
-inline void write_q8_0_mtp(const fs::path& mtp, const fs::path& out) {
-  const MappedFile file(mtp);
-  std::vector<std::vector<uint8_t>> blocks;
-  std::vector<RawTensor> tensors;
-  for (Tensor t : parse_safetensors(file.data(), file.size(), mtp.string())) {
-    if (t.shape.size() == 2) {
-      const size_t rb = quant_row_bytes(QuantType::Q8_0, t.cols());
-      std::vector<float> row(static_cast<size_t>(t.cols()));
-      blocks.emplace_back(size_t(t.rows()) * rb);
-      for (int64_t r = 0; r < t.rows(); ++r) {
-        widen(t, r * t.cols(), t.cols(), row.data());
-        quantize_row(QuantType::Q8_0, row.data(), t.cols(), blocks.back().data() + size_t(r) * rb);
-      }
-      t = Tensor{t.name, DType::Q8_0, t.shape, blocks.back().data()};
-    }
-    for (RawTensor& r : safetensors_form(t)) tensors.push_back(std::move(r));
-  }
-  write_file(out, safetensors_of(tensors, {{"format", "runahead-mtp"}, {"version", "1"}}));
 }
 
 }  // namespace runahead::test

@@ -59,16 +59,19 @@ TEST_CASE("gguf model: the fixtures as F32, BF16 and Q8_0 files give the safeten
   }
 }
 
+// The reference is the embedded model's f32 widening: it ships in Q8_0, which f32 holds
+// exactly, so the Q8_0 file has the shipped blocks and the error is the int8 activations'.
 TEST_CASE("gguf model: the embedded model as Q8_0, Q4_K and Q6_K files: logits within each type's error, Q8_0's greedy tokens") {
   struct Type {
     uint32_t type;
-    const char* formats;  // ffn_down's rows of 640 are not Q4_K/Q6_K blocks: Q8_0, as llama.cpp falls back
-    double tolerance;
+    const char* formats;  // rows of 384 (hidden) are not Q4_K/Q6_K blocks: those matrices fall back to
+                          // Q8_0 as in llama.cpp; ffn_down (rows of 1024) takes the type
+    double tolerance;     // measured 0.008 (Q8_0), 0.012 (Q6_K), 0.035 (Q4_K)
   };
-  const auto base = with_bf16_matrices(load(kEmbedded));
+  const auto base = std::make_shared<const ModelWeights>(with_dense_matrices(*load(kEmbedded), DType::F32));
   const std::vector<int32_t>& prompt = code_prompts()[0];
   const auto reference = all_logits(base, prompt);
-  for (const Type& t : {Type{kGgufQ8_0, "q8_0", 0.03}, Type{kGgufQ6_K, "q6_k+q8_0", 0.04}, Type{kGgufQ4_K, "q4_k+q8_0", 0.12}}) {
+  for (const Type& t : {Type{kGgufQ8_0, "q8_0", 0.03}, Type{kGgufQ6_K, "q8_0+q6_k", 0.025}, Type{kGgufQ4_K, "q8_0+q4_k", 0.07}}) {
     INFO(t.formats);
     TempDir dir;
     const auto g = via_gguf(dir, *base, t.type);

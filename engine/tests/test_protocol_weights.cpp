@@ -4,9 +4,9 @@
 
 #include <filesystem>
 
+#include "code_prompts.h"
 #include "engine_process.h"
 #include "gguf_model_writer.h"
-#include "model/quantize.h"
 #include "model_writer.h"
 #include "q8_0_writer.h"
 
@@ -75,24 +75,21 @@ TEST_CASE("protocol weights: options.weights q8_0 quantizes the matrices at load
 
 // How the default model ships: model.safetensors, mtp.safetensors and draft/ in Q8_0 pairs.
 TEST_CASE("protocol weights: a Q8_0 bundle with its MTP head and draft loads, and speculation stays lossless") {
-  const fs::path embedded = fs::path(RUNAHEAD_FIXTURES) / ".." / ".." / "engine" / "models" / "runahead-coder";
-  TempDir dir;
-  const fs::path model = dir.path / "coder-q8_0";
-  const auto base = runahead::with_bf16_matrices(std::make_shared<const runahead::ModelWeights>(runahead::load_model(embedded)));
-  const runahead::ModelWeights q8 = runahead::quantize_matrices(*base, runahead::QuantType::Q8_0);
-  write_q8_0_bundle(model, embedded, q8);
-  write_q8_0_bundle(model / "draft", embedded, q8);
-  write_q8_0_mtp(embedded / "mtp.safetensors", model / "mtp.safetensors");
-  fs::copy_file(embedded / "tokenizer.json", model / "tokenizer.json");
-
+  const fs::path model = fs::path(RUNAHEAD_FIXTURES) / ".." / ".." / "engine" / "models" / "runahead-coder";
+  const std::vector<int>& prompt = code_prompts()[0];
   EngineProcess engine;
-  const std::vector<int> prompt = {331, 4139, 5928, 14, 1600, 18, 1242, 336, 265, 552, 18, 475, 79, 277, 227, 22};
   json loaded = load(engine, model, {{"backend", "cpu"}, {"speculation", "off"}});
   REQUIRE(loaded["type"] == "loaded");
   CHECK(loaded["report"]["weights"] == "q8_0");
   CHECK(loaded["report"]["newline_tokens"] > 0);
   const std::vector<int> plain = generate(engine, prompt, 48);
   CHECK(plain.size() == 48);
+
+  // options.weights "q8_0" on weights already in Q8_0 keeps them as they are.
+  loaded = load(engine, model, {{"backend", "cpu"}, {"speculation", "off"}, {"weights", "q8_0"}});
+  REQUIRE(loaded["type"] == "loaded");
+  CHECK(loaded["report"]["weights"] == "q8_0");
+  CHECK(generate(engine, prompt, 48) == plain);
 
   loaded = load(engine, model, {{"backend", "cpu"}, {"speculation", "auto"}});
   REQUIRE(loaded["type"] == "loaded");

@@ -60,35 +60,41 @@ TEST_CASE("quantized safetensors: a Q8_0 bundle (tied embedding too) loads as th
   }
 }
 
+// The embedded model ships as Q8_0 pairs (model.safetensors, mtp.safetensors, draft/): each
+// loads, and the target written back by this file's writer loads as the same blocks.
 TEST_CASE("quantized safetensors: the embedded model, its MTP head and a draft folder load from Q8_0 bundles") {
+  const auto target = load(kEmbedded);
+  CHECK(weight_formats(*target) == "q8_0");
+  CHECK(target->lm_head.data == target->embed.data);
   TempDir dir;
-  const fs::path model = dir.path / "model";
-  const auto base = with_bf16_matrices(load(kEmbedded));
-  const auto q8 = std::make_shared<const ModelWeights>(quantize_matrices(*base, QuantType::Q8_0));
-  write_q8_0_bundle(model, kEmbedded, *q8);
-  write_q8_0_bundle(model / "draft", kEmbedded, *q8);
+  write_q8_0_bundle(dir.path, kEmbedded, *target);
+  const auto rewritten = load(dir.path);
+  CHECK(rewritten->weight_bytes == target->weight_bytes);
+  CHECK(std::memcmp(rewritten->embed.data, target->embed.data, target->embed.nbytes()) == 0);
+  CHECK(std::memcmp(rewritten->layers[1][Role::WDown].data, target->layers[1][Role::WDown].data,
+                    target->layers[1][Role::WDown].nbytes()) == 0);
 
-  write_q8_0_mtp(kEmbedded / "mtp.safetensors", model / "mtp.safetensors");
-
-  const auto target = load(model);
-  CHECK(target->embed.dtype == DType::Q8_0);
-  const MtpWeights head = load_mtp(model / "mtp.safetensors", target);
+  const MtpWeights head = load_mtp(kEmbedded / "mtp.safetensors", target);
   CHECK(weight_formats(*head.layer) == "q8_0");
-  const MtpWeights reference = load_mtp(kEmbedded / "mtp.safetensors", base);
-  std::vector<float> x(size_t(base->config.hidden_size));
+  CHECK(head.eh_proj.size() == size_t(2 * target->config.hidden_size * target->config.hidden_size));
+  // The head's layer widened to f32 holds the shipped weights exactly: the error is the Q8_0
+  // kernels' int8 activations.
+  const auto reference = std::make_shared<const ModelWeights>(with_dense_matrices(*head.layer, DType::F32));
+  std::vector<float> x(size_t(target->config.hidden_size));
   for (size_t i = 0; i < x.size(); ++i) x[i] = float((i * 37) % 11) / 11.0f - 0.5f;
   auto run = [&](std::shared_ptr<const ModelWeights> layer) {
     std::vector<float> logits;
     make_cpu_backend(std::move(layer), BackendOptions{2, 64})->forward_vectors(x, 1, logits);
     return logits;
   };
-  const double err = relative_rms(run(reference.layer), run(head.layer));
+  const double err = relative_rms(run(reference), run(head.layer));
   MESSAGE("MTP layer in Q8_0: relative rms error " << err);
   CHECK(err < 0.03);
-  CHECK(relative_rms(reference.eh_proj, head.eh_proj) < 0.02);  // Q8_0 rounding of trained weights: ~1%
+  CHECK(err > 0);  // the quantized kernels ran
 
-  const auto draft = load_draft_model(model / "draft", *target);
+  const auto draft = load_draft_model(kEmbedded / "draft", *target);
   CHECK(weight_formats(*draft) == "q8_0");
+  CHECK(draft->config.vocab_size == target->config.vocab_size);
 }
 
 TEST_CASE("quantized safetensors: bad pairs are model errors naming the tensor") {

@@ -1,5 +1,6 @@
 #include "model/quantize.h"
 
+#include <cstring>
 #include <string>
 
 #include "cpu/quant_blocks.h"
@@ -72,28 +73,33 @@ ModelWeights quantize_matrices(const ModelWeights& w, QuantType type) {
   });
 }
 
-std::vector<uint16_t> dequantize_to_bf16(const Tensor& t) {
-  const int64_t n = t.numel(), cols = t.shape.empty() ? 1 : t.shape.back();
-  std::vector<uint16_t> out(static_cast<size_t>(n));
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int64_t i = 0; i < n; i += cols) {
-    widen(t, i, cols, row.data());
-    for (int64_t j = 0; j < cols; ++j) out[size_t(i + j)] = f32_to_bf16(row[size_t(j)]);
-  }
-  return out;
+ModelWeights with_dense_matrices(const ModelWeights& w, DType to) {
+  return convert_matrices(w, [to](const Tensor& t, std::vector<uint8_t>& bytes, DType& dtype) {
+    if (t.dtype == to) return false;
+    const int64_t n = t.numel(), cols = t.cols();
+    const size_t size = dtype_size(to);
+    bytes.resize(size_t(n) * size);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t i = 0; i < n; i += cols) {
+      widen(t, i, cols, row.data());
+      uint8_t* dst = bytes.data() + size_t(i) * size;
+      if (to == DType::F32) {
+        std::memcpy(dst, row.data(), size_t(cols) * size);
+        continue;
+      }
+      for (int64_t j = 0; j < cols; ++j) {
+        const uint16_t half = to == DType::BF16 ? f32_to_bf16(row[size_t(j)]) : f32_to_f16(row[size_t(j)]);
+        std::memcpy(dst + size_t(j) * size, &half, size);
+      }
+    }
+    dtype = to;
+    return true;
+  });
 }
 
 std::shared_ptr<const ModelWeights> with_bf16_matrices(std::shared_ptr<const ModelWeights> w) {
   if (!has_quantized_matrix(*w)) return w;
-  return std::make_shared<const ModelWeights>(
-      convert_matrices(*w, [](const Tensor& t, std::vector<uint8_t>& bytes, DType& dtype) {
-        if (t.dtype == DType::BF16) return false;
-        const std::vector<uint16_t> values = dequantize_to_bf16(t);
-        const auto* begin = reinterpret_cast<const uint8_t*>(values.data());
-        bytes.assign(begin, begin + values.size() * sizeof(uint16_t));
-        dtype = DType::BF16;
-        return true;
-      }));
+  return std::make_shared<const ModelWeights>(with_dense_matrices(*w, DType::BF16));
 }
 
 }  // namespace runahead

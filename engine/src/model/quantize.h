@@ -1,7 +1,8 @@
 #pragma once
 // Weights converted between storage formats after loading: dense matrices quantized to a
 // block format on the CPU (options.weights "q8_0"), and block-quantized matrices widened to
-// bf16 for a backend without quantized kernels (CUDA today). Norms and biases stay as they are.
+// a dense dtype (bf16 for a backend without quantized kernels, CUDA today; f32 for a test's
+// exact reference). Norms and biases stay as they are.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -16,8 +17,9 @@ namespace runahead {
 // naming options.weights and the tensor when a row length is not a multiple of t's block.
 ModelWeights quantize_matrices(const ModelWeights& w, QuantType t);
 
-// The tensor's values as bf16, row-major (a bf16 tensor is copied).
-std::vector<uint16_t> dequantize_to_bf16(const Tensor& t);
+// `w` with every matrix in the dense dtype `to` (F32, F16 or BF16; a tied head stays tied).
+// F32 holds each Q8_0 weight (an int8 times an f16 scale) exactly; BF16 rounds it.
+ModelWeights with_dense_matrices(const ModelWeights& w, DType to);
 
 // `w` itself when no matrix is block-quantized; else a copy whose matrices are all bf16
 // (dense ones of another dtype too, so that the matrices share one dtype).
