@@ -94,4 +94,23 @@ describe('corpus manifest', () => {
       assert.ok((held.get(language) ?? 0) >= 100_000, `${language}: ${held.get(language) ?? 0} held-out bytes; expected at least 100,000`);
     }
   });
+
+  // What the shipped model was really trained and evaluated on: the archive's packages plus the GPU machine's
+  // own site-packages, as the training run wrote them (engine/train/splits/*.txt: language, package, files, bytes).
+  for (const split of ['train', 'held_out']) {
+    it(`the shipped model's ${split} split (engine/train/splits/${split}.txt) has no reserved package, and none in both splits`, () => {
+      const path = join(repoRoot, 'engine', 'train', 'splits', `${split}.txt`);
+      const other = join(repoRoot, 'engine', 'train', 'splits', `${split === 'train' ? 'held_out' : 'train'}.txt`);
+      const names = (file: string) => readFileSync(file, 'utf8').split('\n').filter((l) => l && !l.startsWith('#')).map((l) => l.split('\t')[1]);
+      const mine = names(path);
+      assert.ok(mine.length >= 50, `${path}: ${mine.length} packages`);
+      for (const pkg of mine) {
+        const hit = reservedIn(pkg, runs);
+        assert.equal(hit, undefined, `${split}.txt: ${pkg} is reserved (${hit?.join('-')}, ../shared/RESERVED.md)`);
+      }
+      const theirs = new Set(names(other));
+      const both = mine.filter((p) => theirs.has(p));
+      assert.deepEqual(both, [], `packages in both splits: ${both.join(', ')}`);
+    });
+  }
 });

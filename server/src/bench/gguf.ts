@@ -283,6 +283,13 @@ function repackQ8_0(q: Buffer, scale: Buffer): Buffer {
   return out;
 }
 
+/** An I8 weight and its F16 scale widened to F32 values (d·q: exact, the reference a Q8_0 file is compared with). */
+function widenQ8_0(q: Buffer, scale: Buffer): Buffer {
+  const out = new Float32Array(q.length);
+  for (let i = 0; i < q.length; i++) out[i] = f16ToF32(scale.readUInt16LE(2 * Math.floor(i / Q8_BLOCK))) * q.readInt8(i);
+  return Buffer.from(out.buffer);
+}
+
 function readRange(t: SafeTensor): Buffer {
   const raw = Buffer.alloc(t.end - t.start);
   const src = openSync(t.file, 'r');
@@ -302,8 +309,9 @@ export interface GgufExport {
 }
 
 export interface GgufOptions {
-  /** 'as-stored' (default): matrices keep their dtype (Q8_0 pairs become Q8_0); 'q8_0': every matrix whose rows are whole blocks is Q8_0. */
-  matrices?: 'as-stored' | 'q8_0';
+  /** 'as-stored' (default): matrices keep their dtype (Q8_0 pairs become Q8_0); 'q8_0': every matrix whose rows are whole blocks is Q8_0;
+   * 'f32': every matrix F32 (Q8_0 pairs widened exactly: the unquantized reference of a Q8_0 model). */
+  matrices?: 'as-stored' | 'q8_0' | 'f32';
 }
 
 /** Writes `folder` (a Qwen2 model) as the GGUF file `out`. */
@@ -318,9 +326,11 @@ export function writeGguf(folder: string, out: string, options: GgufOptions = {}
     const scale = tensors.get(`${x.hf}_scale`);
     if (x.t.dtype === 'I8') {
       if (!scale) throw new Error(`${x.t.file}: tensor '${x.hf}' is I8 without '${x.hf}_scale'`);
+      if (options.matrices === 'f32') return { name: x.name, shape: x.t.shape, type: 'F32', data: () => widenQ8_0(readRange(x.t), readRange(scale)) };
       return { name: x.name, shape: x.t.shape, type: 'Q8_0', data: () => repackQ8_0(readRange(x.t), readRange(scale)) };
     }
     if (x.t.shape.length === 1) return { name: x.name, shape: x.t.shape, type: 'F32', data: () => toF32(readRange(x.t), x.t.dtype) };
+    if (options.matrices === 'f32') return { name: x.name, shape: x.t.shape, type: 'F32', data: () => toF32(readRange(x.t), x.t.dtype) };
     if (options.matrices === 'q8_0' && cols % Q8_BLOCK === 0) return { name: x.name, shape: x.t.shape, type: 'Q8_0', data: () => quantizeQ8_0(toNumbers(readRange(x.t), x.t.dtype)) };
     return { name: x.name, shape: x.t.shape, type: x.t.dtype as GgmlType, data: () => readRange(x.t) };
   });
