@@ -1,18 +1,19 @@
-// `Runahead: Select Model`: the models on this machine, the embedded demo, a
-// file or folder, and the curated FIM models to download (with size, expected
-// ms/token here and licence). It writes runahead.modelPath to the user's
+// `Runahead: Select Model`: the models on this machine (with size,
+// quantization and expected ms/token; ones Runahead cannot load are shown with
+// the reason), the embedded demo, a file or folder, and the curated FIM models
+// to download (with size, expected ms/token here and licence). It writes runahead.modelPath to the user's
 // settings (machine scope: in a remote window that is the Remote tab).
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { catalog, copyBandwidth, expectedMsPerToken, folderName, stepBandwidth, type CatalogModel } from '../../server/src/models/catalog';
-import { defaultRoots, discoverModels, formatBytes, weightBytes, type FoundModel } from '../../server/src/models/discover';
+import { defaultRoots, formatBytes, weightBytes } from '../../server/src/models/discover';
 import { DownloadError, downloadModel } from '../../server/src/models/download';
+import { localModels, type LocalModel } from '../../server/src/models/localModels';
 import type { CompletionMetrics, ServerStatus } from './format';
 
-export const GGUF_NOTE = 'GGUF: needs GGUF support';
 const BANDWIDTH_KEY = 'runahead.copyBandwidth';
 
-type Item = vscode.QuickPickItem & { action?: { kind: 'path'; path: string; gguf?: boolean } | { kind: 'download'; model: CatalogModel } | { kind: 'browse' } };
+type Item = vscode.QuickPickItem & { action?: { kind: 'path'; path: string } | { kind: 'unsupported'; name: string; problem: string } | { kind: 'download'; model: CatalogModel } | { kind: 'browse' } };
 
 /** What the picker needs from the running extension. */
 export interface ModelContext {
@@ -46,15 +47,18 @@ function speed(bytes: number, bw: { bytesPerMs: number; measured: boolean }): st
   return `≈ ${ms < 10 ? ms.toFixed(1) : Math.round(ms)} ms/token here${bw.measured ? '' : ' (estimate)'}`;
 }
 
-export function foundItem(m: FoundModel, current: string, bw: { bytesPerMs: number; measured: boolean }): Item {
-  const gguf = m.format === 'gguf';
-  const facts = [gguf ? GGUF_NOTE : undefined, m.quantization, formatBytes(m.bytes), gguf ? undefined : speed(m.bytes, bw)].filter(Boolean).join(' · ');
-  return { label: `$(database) ${m.name}`, description: `${m.path === current ? 'current · ' : ''}${facts}`, detail: `${m.from}: ${m.path}`, action: { kind: 'path', path: m.path, gguf } };
+export function foundItem(m: LocalModel, current: string, bw: { bytesPerMs: number; measured: boolean }): Item {
+  if (m.problem) {
+    const facts = [`cannot load: ${m.problem}`, m.quantization, formatBytes(m.bytes)].filter(Boolean).join(' · ');
+    return { label: `$(circle-slash) ${m.name}`, description: facts, detail: `${m.from}: ${m.path}`, action: { kind: 'unsupported', name: m.name, problem: m.problem } };
+  }
+  const facts = [m.architecture, m.quantization, formatBytes(m.bytes), speed(m.bytes, bw)].filter(Boolean).join(' · ');
+  return { label: `$(database) ${m.name}`, description: `${m.path === current ? 'current · ' : ''}${facts}`, detail: `${m.from}: ${m.path}`, action: { kind: 'path', path: m.path } };
 }
 
 export function catalogItem(m: CatalogModel, bw: { bytesPerMs: number; measured: boolean }): Item {
   const gguf = m.format === 'gguf';
-  const facts = [gguf ? GGUF_NOTE : 'safetensors', m.quantization, formatBytes(m.bytes), gguf ? undefined : speed(m.bytes, bw), m.licence].filter(Boolean).join(' · ');
+  const facts = [gguf ? 'GGUF' : 'safetensors', m.quantization, formatBytes(m.bytes), speed(m.bytes, bw), m.licence].filter(Boolean).join(' · ');
   return { label: `$(cloud-download) ${m.label}${gguf ? ` ${m.quantization}` : ''}`, description: facts, detail: `download from huggingface.co/${m.repo}${m.file ? ` (${m.file})` : ''}`, action: { kind: 'download', model: m } };
 }
 
@@ -62,7 +66,9 @@ export async function selectModel(mc: ModelContext): Promise<void> {
   const config = vscode.workspace.getConfiguration('runahead');
   const current = config.inspect<string>('modelPath')?.globalValue ?? '';
   const bw = bandwidth(mc);
-  const found = discoverModels({ ...defaultRoots(), downloaded: downloadRoot(mc.context) });
+  const found = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: 'Runahead: looking for models on this machine' }, () =>
+    localModels({ ...defaultRoots(), downloaded: downloadRoot(mc.context) }),
+  );
   const items: Item[] = [
     { label: 'On this machine', kind: vscode.QuickPickItemKind.Separator },
     ...found.map((m) => foundItem(m, current, bw)),
@@ -74,16 +80,16 @@ export async function selectModel(mc: ModelContext): Promise<void> {
   const pick = await vscode.window.showQuickPick(items, { title: 'Runahead: choose the model that completes your code', matchOnDescription: true, matchOnDetail: true });
   const action = pick?.action;
   if (!action) return;
+  if (action.kind === 'unsupported') {
+    void vscode.window.showInformationMessage(`Runahead cannot load ${action.name}: ${action.problem}.`);
+    return;
+  }
   let chosen: string | undefined;
   if (action.kind === 'browse') {
     const uri = await vscode.window.showOpenDialog({ canSelectFolders: true, canSelectFiles: true, filters: { 'GGUF model': ['gguf'] }, openLabel: 'Use this model', title: 'Runahead: a model folder or GGUF file' });
     chosen = uri?.[0]?.fsPath;
   } else if (action.kind === 'path') {
     chosen = action.path;
-    if (action.gguf) {
-      const use = await vscode.window.showWarningMessage(`Runahead cannot load GGUF files yet (${GGUF_NOTE.toLowerCase()}); until it can, this model shows an error. Pick a safetensors model to complete now.`, 'Use It Anyway');
-      if (use !== 'Use It Anyway') return;
-    }
   } else chosen = await download(mc, action.model);
   if (chosen === undefined || chosen === current) return;
   await config.update('modelPath', chosen, vscode.ConfigurationTarget.Global);
@@ -92,10 +98,6 @@ export async function selectModel(mc: ModelContext): Promise<void> {
 
 /** Downloads a catalog model with progress in a notification; returns its path, or undefined when cancelled or failed. */
 async function download(mc: ModelContext, model: CatalogModel): Promise<string | undefined> {
-  if (model.format === 'gguf') {
-    const go = await vscode.window.showWarningMessage(`${model.label} ${model.quantization} is a GGUF file, which Runahead cannot load yet. Download it anyway?`, 'Download');
-    if (go !== 'Download') return undefined;
-  }
   const dest = path.join(downloadRoot(mc.context), folderName(model.repo) + (model.file ? `--${model.quantization}` : ''));
   const title = `Downloading ${model.label}${model.format === 'gguf' ? ` ${model.quantization}` : ''}`;
   try {

@@ -2,7 +2,7 @@
 // cache snapshots (config.json + *.safetensors + tokenizer.json), Ollama's
 // store (manifests → blobs, GGUF) and LM Studio's models folder (GGUF), plus
 // the models Runahead downloaded itself. Reads folders only; loads nothing.
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync, type Dirent } from 'node:fs';
 import { homedir } from 'node:os';
 import { basename, join, relative } from 'node:path';
 
@@ -45,12 +45,35 @@ export function quantizationOf(name: string): string | undefined {
   return QUANT.exec(name.replace(/\.gguf$/i, ''))?.[1].toUpperCase();
 }
 
-function dirs(path: string): string[] {
+/** The most entries read from one folder: a huge or odd folder is not walked whole. */
+export const MAX_ENTRIES = 2000;
+
+function entries(path: string): string[] {
   try {
-    return readdirSync(path, { withFileTypes: true }).filter((d) => d.isDirectory() || d.isSymbolicLink()).map((d) => d.name);
+    return readdirSync(path).slice(0, MAX_ENTRIES);
   } catch {
     return [];
   }
+}
+
+function dirs(path: string): string[] {
+  try {
+    return readdirSync(path, { withFileTypes: true }).slice(0, MAX_ENTRIES).filter((d) => d.isDirectory() || d.isSymbolicLink()).map((d) => d.name);
+  } catch {
+    return [];
+  }
+}
+
+function mtime(path: string): number {
+  try {
+    return statSync(path).mtimeMs;
+  } catch {
+    return 0;
+  }
+}
+
+function isGgufFile(name: string): boolean {
+  return name.toLowerCase().endsWith('.gguf') && !name.startsWith('mmproj');
 }
 
 function size(path: string): number {
@@ -63,17 +86,12 @@ function size(path: string): number {
 
 /** A complete Hugging Face model folder: what the engine needs to load it. */
 export function isModelFolder(dir: string): boolean {
-  let files: string[];
-  try {
-    files = readdirSync(dir);
-  } catch {
-    return false;
-  }
+  const files = entries(dir);
   return files.includes('config.json') && files.includes('tokenizer.json') && files.some((f) => f.endsWith('.safetensors'));
 }
 
 function folderModel(dir: string, name: string, from: FoundModel['from']): FoundModel {
-  const files = readdirSync(dir).filter((f) => f.endsWith('.safetensors'));
+  const files = entries(dir).filter((f) => f.endsWith('.safetensors'));
   let dtype: string | undefined;
   try {
     dtype = (JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as { torch_dtype?: string }).torch_dtype?.replace('bfloat16', 'bf16').replace('float16', 'f16');
@@ -83,16 +101,21 @@ function folderModel(dir: string, name: string, from: FoundModel['from']): Found
   return { name, path: dir, format: 'safetensors', from, bytes: files.reduce((n, f) => n + size(join(dir, f)), 0), quantization: dtype };
 }
 
-/** `models--Org--Name/snapshots/<rev>/`: the newest complete snapshot of each cached repository. */
+/** `models--Org--Name/snapshots/<rev>/`: the newest complete snapshot of each cached repository, and the `.gguf` files of the newest snapshot that has any. */
 function huggingFaceModels(hub: string): FoundModel[] {
   const found: FoundModel[] = [];
   for (const repo of dirs(hub).filter((d) => d.startsWith('models--'))) {
+    const name = repo.slice('models--'.length).split('--').join('/');
     const snapshots = join(hub, repo, 'snapshots');
-    const complete = dirs(snapshots)
+    const revs = dirs(snapshots)
       .map((rev) => join(snapshots, rev))
-      .filter(isModelFolder)
-      .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
-    if (complete[0]) found.push(folderModel(complete[0], repo.slice('models--'.length).split('--').join('/'), 'Hugging Face cache'));
+      .sort((a, b) => mtime(b) - mtime(a));
+    const complete = revs.find(isModelFolder);
+    if (complete) found.push(folderModel(complete, name, 'Hugging Face cache'));
+    const withGguf = revs.find((rev) => entries(rev).some(isGgufFile));
+    for (const file of withGguf ? entries(withGguf).filter(isGgufFile) : []) {
+      found.push({ name: `${name}/${basename(file, '.gguf')}`, path: join(withGguf!, file), format: 'gguf', from: 'Hugging Face cache', bytes: size(join(withGguf!, file)), quantization: quantizationOf(file) });
+    }
   }
   return found;
 }
@@ -108,7 +131,13 @@ function ollamaModels(root: string): FoundModel[] {
   const manifests = join(root, 'manifests');
   const blob = (digest: string) => join(root, 'blobs', digest.replace(':', '-'));
   const walk = (dir: string, depth: number): void => {
-    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    let list: Dirent[];
+    try {
+      list = readdirSync(dir, { withFileTypes: true }).slice(0, MAX_ENTRIES);
+    } catch {
+      return;
+    }
+    for (const entry of list) {
       const path = join(dir, entry.name);
       if (entry.isDirectory() && depth < 4) walk(path, depth + 1);
       else if (entry.isFile() && depth === 3) {
@@ -146,7 +175,7 @@ function lmStudioModels(root: string): FoundModel[] {
         found.push(folderModel(dir, `${publisher}/${repo}`, 'LM Studio'));
         continue;
       }
-      for (const file of readdirSync(dir).filter((f) => f.toLowerCase().endsWith('.gguf') && !f.startsWith('mmproj'))) {
+      for (const file of entries(dir).filter(isGgufFile)) {
         found.push({ name: `${publisher}/${basename(file, '.gguf')}`, path: join(dir, file), format: 'gguf', from: 'LM Studio', bytes: size(join(dir, file)), quantization: quantizationOf(file) });
       }
     }
