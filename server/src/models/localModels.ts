@@ -13,7 +13,7 @@ import { discoverModels, quantizationOf, type FoundModel, type ModelRoots } from
 
 /** The architectures the engine runs (config.json `model_type`, GGUF `general.architecture`). */
 export const ARCHITECTURES = ['qwen2', 'qwen3', 'llama'];
-/** The GGUF tensor types the engine reads. */
+/** The GGUF tensor types the engine reads (engine/src/model/gguf.cpp, GgufTensor::dense_dtype and quant_type): keep them equal. */
 export const GGUF_TYPES = ['F32', 'F16', 'BF16', 'Q8_0', 'Q4_K', 'Q6_K'];
 
 export interface LocalModel extends FoundModel {
@@ -86,8 +86,11 @@ function inspectFolder(m: FoundModel): LocalModel {
   return { ...m, architecture, quantization: quantization ?? m.quantization, problem };
 }
 
-/** Bytes per block and elements per block of the GGUF types the engine reads. */
-const BLOCK: Record<string, [number, number]> = { F32: [4, 1], F16: [2, 1], BF16: [2, 1], Q8_0: [34, 32], Q4_K: [144, 256], Q6_K: [210, 256] };
+/** Bytes per block and elements per block of the common GGUF types (ggml's type traits), for the truncation check. */
+const BLOCK: Record<string, [number, number]> = {
+  F32: [4, 1], F16: [2, 1], BF16: [2, 1], Q4_0: [18, 32], Q4_1: [20, 32], Q5_0: [22, 32], Q5_1: [24, 32], Q8_0: [34, 32],
+  Q2_K: [84, 256], Q3_K: [110, 256], Q4_K: [144, 256], Q5_K: [176, 256], Q6_K: [210, 256],
+};
 
 async function inspectGguf(m: FoundModel): Promise<LocalModel> {
   const parsed = await gguf(m.path, { allowLocalFile: true });
