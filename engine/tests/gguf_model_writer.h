@@ -15,9 +15,15 @@
 namespace runahead::test {
 
 // ggml type numbers.
-enum GgmlType : uint32_t { kGgufF32 = 0, kGgufF16 = 1, kGgufQ8_0 = 8, kGgufQ4_K = 12, kGgufQ6_K = 14, kGgufBF16 = 30 };
+enum GgmlType : uint32_t {
+  kGgufF32 = 0, kGgufF16 = 1, kGgufQ4_0 = 2, kGgufQ5_0 = 6, kGgufQ8_0 = 8,
+  kGgufQ4_K = 12, kGgufQ5_K = 13, kGgufQ6_K = 14, kGgufBF16 = 30
+};
 
-inline int gguf_block(uint32_t type) { return type == kGgufQ4_K || type == kGgufQ6_K ? 256 : type == kGgufQ8_0 ? 32 : 1; }
+inline int gguf_block(uint32_t type) {
+  const auto q = quant_type_of_ggml(type);
+  return q ? quant_format(*q).block_elems : 1;
+}
 
 // `values` [rows, cols] encoded as `type`.
 inline std::string gguf_encode(const std::vector<float>& values, int64_t cols, uint32_t type) {
@@ -27,7 +33,7 @@ inline std::string gguf_encode(const std::vector<float>& values, int64_t cols, u
     for (float v : values) GgufWriter::put<uint16_t>(out, type == kGgufBF16 ? f32_to_bf16(v) : f32_to_f16(v));
     return out;
   }
-  const QuantType q = type == kGgufQ8_0 ? QuantType::Q8_0 : type == kGgufQ4_K ? QuantType::Q4_K : QuantType::Q6_K;
+  const QuantType q = *quant_type_of_ggml(type);
   const size_t rb = quant_row_bytes(q, cols);
   out.resize(values.size() / size_t(cols) * rb);
   for (size_t r = 0; r < values.size() / size_t(cols); ++r)
@@ -48,8 +54,9 @@ inline std::vector<float> llama_permute(const std::vector<float>& w, int64_t row
 }
 
 // The GGUF of `w` with matrices in `type` (a matrix whose rows the type's block does not
-// divide falls back to Q8_0, as llama.cpp's quantizer falls back for such tensors).
-inline std::string gguf_of_model(const ModelWeights& w, uint32_t type) {
+// divide falls back to `fallback`, as llama.cpp's quantizer falls back for such tensors:
+// Q8_0, or Q5_0 in a Q4_K_M file).
+inline std::string gguf_of_model(const ModelWeights& w, uint32_t type, uint32_t fallback = kGgufQ8_0) {
   const ModelConfig& c = w.config;
   const std::string arch = c.architecture == "LlamaForCausalLM" ? "llama" : c.architecture == "Qwen3ForCausalLM" ? "qwen3" : "qwen2";
   GgufWriter g;
@@ -72,7 +79,7 @@ inline std::string gguf_of_model(const ModelWeights& w, uint32_t type) {
     if (permute_head_dim)  // a bias is permuted element by element
       v = t.shape.size() == 1 ? llama_permute(v, cols, 1, permute_head_dim) : llama_permute(v, rows, cols, permute_head_dim);
     uint32_t ty = matrix ? type : kGgufF32;
-    if (cols % gguf_block(ty) != 0) ty = kGgufQ8_0;
+    if (cols % gguf_block(ty) != 0) ty = fallback;
     std::vector<uint64_t> dims;
     for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d) dims.push_back(uint64_t(*d));
     g.tensor(name, ty, dims, gguf_encode(v, cols, ty));

@@ -17,7 +17,7 @@ using namespace runahead::test;
 
 namespace {
 
-constexpr uint32_t kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14;
+constexpr uint32_t kQ4_0 = 2, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
 
 // A parsed file with the bytes its views point into.
 struct Parsed {
@@ -166,12 +166,15 @@ TEST_CASE("gguf: tensor infos of every supported type, shapes outermost first, d
   w.tensor("q8_0", kQ8_0, {64, 3}, gguf_pattern(2 * 34 * 3, 4));
   w.tensor("q4_k", kQ4_K, {512, 1}, gguf_pattern(2 * 144, 5));
   w.tensor("q6_k", kQ6_K, {256, 2}, gguf_pattern(2 * 210, 6));
+  w.tensor("q4_0", kQ4_0, {64, 2}, gguf_pattern(2 * 2 * 18, 7));
+  w.tensor("q5_0", kQ5_0, {896, 1}, gguf_pattern(28 * 22, 8));  // Qwen2.5-0.5B's width: not whole Q4_K blocks
+  w.tensor("q5_k", kQ5_K, {256, 3}, gguf_pattern(3 * 176, 9));
   const auto g = parse(w.bytes());
   CHECK(g->alignment() == 64);
   CHECK(g->data_offset() % 64 == 0);
-  REQUIRE(g->tensors().size() == 6);
+  REQUIRE(g->tensors().size() == 9);
   const auto* base = reinterpret_cast<const uint8_t*>(g.bytes->data());
-  for (size_t k = 0; k < 6; ++k) {
+  for (size_t k = 0; k < 9; ++k) {
     const GgufTensor& t = g->tensors()[k];
     CHECK(t.offset % 64 == 0);
     CHECK(t.nbytes == w.tensors[k].data.size());
@@ -186,6 +189,9 @@ TEST_CASE("gguf: tensor infos of every supported type, shapes outermost first, d
   CHECK(*g->tensor("q8_0")->quant_type() == QuantType::Q8_0);
   CHECK(*g->tensor("q4_k")->quant_type() == QuantType::Q4_K);
   CHECK(*g->tensor("q6_k")->quant_type() == QuantType::Q6_K);
+  CHECK(g->tensor("q4_0")->view("a").dtype == DType::Q4_0);
+  CHECK(g->tensor("q5_0")->view("b").dtype == DType::Q5_0);
+  CHECK(g->tensor("q5_k")->view("c").dtype == DType::Q5_K);
   CHECK_FALSE(g->tensor("q6_k")->dense_dtype());
   const Tensor dense = g->tensor("f32")->view("x");
   CHECK(dense.name == "x");
@@ -244,8 +250,8 @@ TEST_CASE("gguf: malformed files are model errors naming the key or tensor") {
   CHECK(contains(with([&](GgufWriter& w) { w.u32("qwen2.block_count", 3); }), "'qwen2.block_count' appears twice"));
   CHECK(contains(with([&](GgufWriter& w) { w.u32("general.alignment", 48); }), "general.alignment"));
   CHECK(contains(with([&](GgufWriter& w) { w.f32("general.alignment", 32); }), "general.alignment"));
-  CHECK(contains(with([&](GgufWriter& w) { w.tensors[2].type = kQ5_0; }),
-                 "tensor 'blk.0.attn_norm.weight' has type Q5_0 (6), which is not supported"));
+  CHECK(contains(with([&](GgufWriter& w) { w.tensors[2].type = kQ5_1; }),
+                 "tensor 'blk.0.attn_norm.weight' has type Q5_1 (7), which is not supported"));
   CHECK(contains(with([&](GgufWriter& w) { w.tensors[2].type = 1000; }), "type unknown (1000)"));
   CHECK(contains(with([&](GgufWriter& w) { w.tensors[2].dims = {0}; }), "'blk.0.attn_norm.weight' has dimensions"));
   CHECK(contains(with([&](GgufWriter& w) { w.tensors[2].dims = {1ull << 32, 1ull << 32}; }), "overflows"));

@@ -24,9 +24,10 @@ const fs::path kEmbedded = fs::path(RUNAHEAD_FIXTURES) / ".." / ".." / "engine" 
 std::shared_ptr<const ModelWeights> load(const fs::path& path) { return std::make_shared<const ModelWeights>(load_model(path)); }
 
 // `w` as `dir`/model.gguf in `type`, loaded back.
-std::shared_ptr<const ModelWeights> via_gguf(const TempDir& dir, const ModelWeights& w, uint32_t type) {
+std::shared_ptr<const ModelWeights> via_gguf(const TempDir& dir, const ModelWeights& w, uint32_t type,
+                                             uint32_t fallback = kGgufQ8_0) {
   const fs::path file = dir.path / "model.gguf";
-  write_file(file, gguf_of_model(w, type));
+  write_file(file, gguf_of_model(w, type, fallback));
   return load(file);
 }
 
@@ -61,20 +62,24 @@ TEST_CASE("gguf model: the fixtures as F32, BF16 and Q8_0 files give the safeten
 
 // The reference is the embedded model's f32 widening: it ships in Q8_0, which f32 holds
 // exactly, so the Q8_0 file has the shipped blocks and the error is the int8 activations'.
-TEST_CASE("gguf model: the embedded model as Q8_0, Q4_K and Q6_K files: logits within each type's error, Q8_0's greedy tokens") {
+TEST_CASE("gguf model: the embedded model as Q8_0, Q4_K, Q5_K, Q6_K, Q4_0 and Q5_0 files: logits within each type's error, Q8_0's greedy tokens") {
   struct Type {
     uint32_t type;
     const char* formats;  // rows of 384 (hidden) are not Q4_K/Q6_K blocks: those matrices fall back to
                           // Q8_0 as in llama.cpp; ffn_down (rows of 1024) takes the type
-    double tolerance;     // measured 0.008 (Q8_0), 0.012 (Q6_K), 0.035 (Q4_K)
+    double tolerance;     // measured 0.008 (Q8_0), 0.012 (Q6_K), 0.035 (Q4_K), 0.019 (Q5_K), 0.051 (Q5_0),
+                          // 0.114 (Q4_0), 0.057 (Q4_K over Q5_0, as a Q4_K_M file mixes them)
+    uint32_t fallback = kGgufQ8_0;
   };
   const auto base = std::make_shared<const ModelWeights>(with_dense_matrices(*load(kEmbedded), DType::F32));
   const std::vector<int32_t>& prompt = code_prompts()[0];
   const auto reference = all_logits(base, prompt);
-  for (const Type& t : {Type{kGgufQ8_0, "q8_0", 0.03}, Type{kGgufQ6_K, "q8_0+q6_k", 0.025}, Type{kGgufQ4_K, "q8_0+q4_k", 0.07}}) {
+  for (const Type& t : {Type{kGgufQ8_0, "q8_0", 0.03}, Type{kGgufQ6_K, "q8_0+q6_k", 0.025}, Type{kGgufQ4_K, "q8_0+q4_k", 0.07},
+                        Type{kGgufQ5_K, "q8_0+q5_k", 0.04}, Type{kGgufQ5_0, "q5_0", 0.1}, Type{kGgufQ4_0, "q4_0", 0.22},
+                        Type{kGgufQ4_K, "q5_0+q4_k", 0.11, kGgufQ5_0}}) {
     INFO(t.formats);
     TempDir dir;
-    const auto g = via_gguf(dir, *base, t.type);
+    const auto g = via_gguf(dir, *base, t.type, t.fallback);
     CHECK(weight_formats(*g) == t.formats);
     CHECK(g->lm_head.data == g->embed.data);
     const double err = relative_rms(reference, all_logits(g, prompt));

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -13,7 +14,8 @@ using namespace runahead;
 
 namespace {
 
-constexpr QuantType kTypes[] = {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K};
+constexpr QuantType kTypes[] = {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K,
+                                 QuantType::Q4_0, QuantType::Q5_0, QuantType::Q5_K};
 
 // Weights like a trained layer's: mostly Gaussian, a few outliers, some all-zero blocks.
 std::vector<float> weights(int64_t n, uint64_t seed) {
@@ -51,6 +53,14 @@ float step_of(QuantType t, const uint8_t* row, int64_t i) {
       const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[i / 256];
       return f16_to_f32(b.d) * b.scales[(i % 256) / 16];
     }
+    case QuantType::Q4_0: return f16_to_f32(reinterpret_cast<const BlockQ4_0*>(row)[i / 32].d);
+    case QuantType::Q5_0: return f16_to_f32(reinterpret_cast<const BlockQ5_0*>(row)[i / 32].d);
+    case QuantType::Q5_K: {
+      const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(row)[i / 256];
+      uint8_t sc, m;
+      q4_k_scale_min(int(i % 256) / 32, b.scales, sc, m);
+      return f16_to_f32(b.d) * sc;
+    }
   }
   return 0;
 }
@@ -61,10 +71,17 @@ TEST_CASE("quant: block sizes are llama.cpp's") {
   CHECK(quant_format(QuantType::Q8_0).block_bytes == 34);
   CHECK(quant_format(QuantType::Q4_K).block_bytes == 144);
   CHECK(quant_format(QuantType::Q6_K).block_bytes == 210);
+  CHECK(quant_format(QuantType::Q4_0).block_bytes == 18);
+  CHECK(quant_format(QuantType::Q5_0).block_bytes == 22);
+  CHECK(quant_format(QuantType::Q5_K).block_bytes == 176);
+  CHECK(quant_row_bytes(QuantType::Q5_0, 896) == 28 * 22);
+  CHECK(*quant_type_of_ggml(2) == QuantType::Q4_0);
+  CHECK(*quant_type_of_ggml(6) == QuantType::Q5_0);
+  CHECK(*quant_type_of_ggml(13) == QuantType::Q5_K);
   CHECK(quant_row_bytes(QuantType::Q4_K, 4864) == 19 * 144);
   CHECK(*quant_type_of_ggml(12) == QuantType::Q4_K);
   CHECK(*quant_type_named("q6_k") == QuantType::Q6_K);
-  CHECK_FALSE(quant_type_of_ggml(2));
+  CHECK_FALSE(quant_type_of_ggml(3));  // Q4_1
 }
 
 TEST_CASE("quant: hand-made blocks dequantize as ggml-quants.c defines them") {
@@ -116,6 +133,51 @@ TEST_CASE("quant: hand-made blocks dequantize as ggml-quants.c defines them") {
     dequantize_row(QuantType::Q6_K, reinterpret_cast<const uint8_t*>(&b), 256, out.data());
     for (int i = 0; i < 256; ++i) CHECK(out[i] == 0.25f * float(b.scales[i / 16]) * float(i % 64 - 32));
   }
+  // Q4_0/Q5_0/Q5_K are checked against llama.cpp's dequantize_row_q* loops, written as there.
+  SUBCASE("Q4_0 and Q5_0: byte j holds weights j (low nibble) and j + 16 (high); qh bit i is weight i's fifth bit") {
+    BlockQ5_0 b5{};
+    BlockQ4_0 b4{};
+    b4.d = b5.d = f32_to_f16(0.5f);
+    const uint32_t qh = 0xA5C3F00Fu;
+    std::memcpy(b5.qh, &qh, 4);
+    for (int j = 0; j < 16; ++j) b4.qs[j] = b5.qs[j] = uint8_t(j | (15 - j) << 4);
+    float out4[32], out5[32];
+    dequantize_row(QuantType::Q4_0, reinterpret_cast<const uint8_t*>(&b4), 32, out4);
+    dequantize_row(QuantType::Q5_0, reinterpret_cast<const uint8_t*>(&b5), 32, out5);
+    for (int j = 0; j < 16; ++j) {
+      CHECK(out4[j] == 0.5f * float((b4.qs[j] & 0x0F) - 8));
+      CHECK(out4[j + 16] == 0.5f * float((b4.qs[j] >> 4) - 8));
+      const int xh_0 = int(((qh >> j) << 4) & 0x10), xh_1 = int((qh >> (j + 12)) & 0x10);
+      CHECK(out5[j] == 0.5f * float(((b5.qs[j] & 0x0F) | xh_0) - 16));
+      CHECK(out5[j + 16] == 0.5f * float(((b5.qs[j] >> 4) | xh_1) - 16));
+    }
+  }
+  SUBCASE("Q5_K: Q4_K's scales and nibbles, bit j of qh[l] the fifth bit of sub-block j") {
+    BlockQ5_K b{};
+    b.d = f32_to_f16(1.0f);
+    b.dmin = f32_to_f16(0.5f);
+    for (int i = 0; i < 12; ++i) b.scales[i] = uint8_t(37 * i + 11);
+    for (int l = 0; l < 128; ++l) b.qs[l] = uint8_t(13 * l + 5);
+    for (int l = 0; l < 32; ++l) b.qh[l] = uint8_t(29 * l + 3);
+    std::vector<float> out(256);
+    dequantize_row(QuantType::Q5_K, reinterpret_cast<const uint8_t*>(&b), 256, out.data());
+    const uint8_t* ql = b.qs;
+    int is = 0, i = 0;
+    uint8_t u1 = 1, u2 = 2;
+    for (int j = 0; j < 256; j += 64) {
+      uint8_t sc, m;
+      q4_k_scale_min(is, b.scales, sc, m);
+      const float d1 = float(sc), m1 = 0.5f * float(m);
+      q4_k_scale_min(is + 1, b.scales, sc, m);
+      const float d2 = float(sc), m2 = 0.5f * float(m);
+      for (int l = 0; l < 32; ++l, ++i) CHECK(out[i] == d1 * float((ql[l] & 0xF) + (b.qh[l] & u1 ? 16 : 0)) - m1);
+      for (int l = 0; l < 32; ++l, ++i) CHECK(out[i] == d2 * float((ql[l] >> 4) + (b.qh[l] & u2 ? 16 : 0)) - m2);
+      ql += 32;
+      is += 2;
+      u1 = uint8_t(u1 << 2);
+      u2 = uint8_t(u2 << 2);
+    }
+  }
 }
 
 TEST_CASE("quant: round trip error is at most half a step, and small relative to the weights") {
@@ -123,7 +185,7 @@ TEST_CASE("quant: round trip error is at most half a step, and small relative to
   const std::vector<float> w = weights(rows * cols, 1);
   // Relative RMS error bounds of each format on Gaussian weights (4-bit ~ 1/15 of the
   // range per step; 6-bit ~ 1/63; 8-bit ~ 1/255).
-  const double rms_bound[] = {0.01, 0.12, 0.035};
+  const double rms_bound[] = {0.01, 0.12, 0.035, 0.17, 0.08, 0.06};  // kTypes' order
   for (QuantType t : kTypes) {
     INFO(std::string(quant_format(t).name));
     const auto q = quantize(t, w, rows, cols);

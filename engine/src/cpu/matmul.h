@@ -1,6 +1,6 @@
 #pragma once
 // Linear layers on the thread pool: y = x W^T with W read in place in its own storage format
-// (bf16/f16/f32, or Q8_0/Q4_K/Q6_K blocks with int8 activations as llama.cpp does).
+// (bf16/f16/f32, or Q8_0/Q4_0/Q5_0/Q4_K/Q5_K/Q6_K blocks with int8 activations as llama.cpp does).
 #include <cstdint>
 #include <span>
 #include <vector>

@@ -52,6 +52,46 @@ void dequantize_q6_k(const BlockQ6_K* b, int64_t blocks, float* out) {
   }
 }
 
+// The 4-bit halves of a Q4_0/Q5_0 block: weight l in byte l's low nibble, l + 16 in its high.
+int q4_0_low(const uint8_t* qs, int l) { return l < 16 ? qs[l] & 0xF : qs[l - 16] >> 4; }
+
+uint32_t q5_0_high_bits(const BlockQ5_0& b) {
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  return qh;
+}
+
+void dequantize_q4_0(const BlockQ4_0* b, int64_t blocks, float* out) {
+  for (int64_t k = 0; k < blocks; ++k, out += 32) {
+    const float d = f16_to_f32(b[k].d);
+    for (int l = 0; l < 32; ++l) out[l] = d * float(q4_0_low(b[k].qs, l) - 8);
+  }
+}
+
+void dequantize_q5_0(const BlockQ5_0* b, int64_t blocks, float* out) {
+  for (int64_t k = 0; k < blocks; ++k, out += 32) {
+    const float d = f16_to_f32(b[k].d);
+    const uint32_t qh = q5_0_high_bits(b[k]);
+    for (int l = 0; l < 32; ++l) out[l] = d * float((q4_0_low(b[k].qs, l) | int((qh >> l) & 1) << 4) - 16);
+  }
+}
+
+void dequantize_q5_k(const BlockQ5_K* b, int64_t blocks, float* out) {
+  for (int64_t k = 0; k < blocks; ++k) {
+    const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
+    for (int j = 0; j < 8; ++j, out += 32) {
+      uint8_t sc, m;
+      q4_k_scale_min(j, b[k].scales, sc, m);
+      const uint8_t* q = b[k].qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      for (int l = 0; l < 32; ++l) {
+        const int v = ((q[l] >> shift) & 0xF) | ((b[k].qh[l] >> j) & 1) << 4;
+        out[l] = d * sc * float(v) - dmin * m;
+      }
+    }
+  }
+}
+
 void quantize_q8_0(const float* x, int64_t blocks, BlockQ8_0* b) {
   for (int64_t k = 0; k < blocks; ++k, x += 32) {
     float amax = 0;
@@ -62,43 +102,92 @@ void quantize_q8_0(const float* x, int64_t blocks, BlockQ8_0* b) {
   }
 }
 
-// Each sub-block j of 32 covers [-dmin m_j, -dmin m_j + 15 d sc_j]: mins first (rounded
-// up, so the range starts at or below the smallest value), then scales to reach the largest.
+// Q4_0/Q5_0: d rounded up so that every weight is within [-half d, (half - 1) d]; q in
+// [0, 2 half) with w = d (q - half). Returns d.
+float quantize_symmetric32(const float* x, int half, uint16_t& d_f16, uint8_t q[32]) {
+  float amax = 0;
+  for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(x[l]));
+  d_f16 = f16_at_least(amax / float(half - 1));
+  const float d = f16_to_f32(d_f16);
+  for (int l = 0; l < 32; ++l) q[l] = uint8_t(d ? std::clamp(std::lrint(x[l] / d), long(-half), long(half - 1)) + half : half);
+  return d;
+}
+
+void quantize_q4_0(const float* x, int64_t blocks, BlockQ4_0* b) {
+  for (int64_t k = 0; k < blocks; ++k, x += 32) {
+    uint8_t q[32];
+    quantize_symmetric32(x, 8, b[k].d, q);
+    for (int l = 0; l < 16; ++l) b[k].qs[l] = uint8_t(q[l] | q[l + 16] << 4);
+  }
+}
+
+void quantize_q5_0(const float* x, int64_t blocks, BlockQ5_0* b) {
+  for (int64_t k = 0; k < blocks; ++k, x += 32) {
+    uint8_t q[32];
+    quantize_symmetric32(x, 16, b[k].d, q);
+    uint32_t qh = 0;
+    for (int l = 0; l < 32; ++l) qh |= uint32_t(q[l] >> 4) << l;
+    std::memcpy(b[k].qh, &qh, 4);
+    for (int l = 0; l < 16; ++l) b[k].qs[l] = uint8_t((q[l] & 0xF) | (q[l + 16] & 0xF) << 4);
+  }
+}
+
+// The scales of a Q4_K/Q5_K block of 256 with q in [0, qmax]: each sub-block j of 32 covers
+// [-dmin m_j, -dmin m_j + qmax d sc_j], mins first (rounded up, so the range starts at or
+// below the smallest value), then scales to reach the largest. Fills d, dmin, the packed
+// scales and q[256].
+void quantize_k_block(const float* x, int qmax, uint16_t& d_f16, uint16_t& dmin_f16, uint8_t packed[12], uint8_t q[256]) {
+  float lo[8], hi[8], need[8];
+  for (int j = 0; j < 8; ++j) {
+    lo[j] = std::min(0.0f, *std::min_element(x + 32 * j, x + 32 * j + 32));
+    hi[j] = std::max(0.0f, *std::max_element(x + 32 * j, x + 32 * j + 32));
+  }
+  dmin_f16 = f16_at_least(-*std::min_element(lo, lo + 8) / 63);
+  const float dmin = f16_to_f32(dmin_f16);
+  uint8_t sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    m[j] = uint8_t(dmin ? std::min(63.0f, std::ceil(-lo[j] / dmin)) : 0);
+    need[j] = (hi[j] + dmin * m[j]) / float(qmax);
+  }
+  d_f16 = f16_at_least(*std::max_element(need, need + 8) / 63);
+  const float d = f16_to_f32(d_f16);
+  for (int j = 0; j < 8; ++j) sc[j] = uint8_t(d ? std::min(63.0f, std::ceil(need[j] / d)) : 0);
+  std::memset(packed, 0, 12);
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      packed[j] = sc[j];
+      packed[j + 4] = m[j];
+    } else {
+      packed[j + 4] = uint8_t((sc[j] & 0xF) | (m[j] & 0xF) << 4);
+      packed[j - 4] |= uint8_t((sc[j] >> 4) << 6);
+      packed[j] |= uint8_t((m[j] >> 4) << 6);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    const float step = d * sc[j], offset = dmin * m[j];
+    for (int l = 0; l < 32; ++l)
+      q[32 * j + l] = uint8_t(step ? std::clamp(std::lrint((x[32 * j + l] + offset) / step), 0L, long(qmax)) : 0);
+  }
+}
+
 void quantize_q4_k(const float* x, int64_t blocks, BlockQ4_K* b) {
   for (int64_t k = 0; k < blocks; ++k, x += 256) {
-    float lo[8], hi[8], need[8];
-    for (int j = 0; j < 8; ++j) {
-      lo[j] = std::min(0.0f, *std::min_element(x + 32 * j, x + 32 * j + 32));
-      hi[j] = std::max(0.0f, *std::max_element(x + 32 * j, x + 32 * j + 32));
-    }
-    b[k].dmin = f16_at_least(-*std::min_element(lo, lo + 8) / 63);
-    const float dmin = f16_to_f32(b[k].dmin);
-    uint8_t sc[8], m[8];
-    for (int j = 0; j < 8; ++j) {
-      m[j] = uint8_t(dmin ? std::min(63.0f, std::ceil(-lo[j] / dmin)) : 0);
-      need[j] = (hi[j] + dmin * m[j]) / 15;
-    }
-    b[k].d = f16_at_least(*std::max_element(need, need + 8) / 63);
-    const float d = f16_to_f32(b[k].d);
-    for (int j = 0; j < 8; ++j) sc[j] = uint8_t(d ? std::min(63.0f, std::ceil(need[j] / d)) : 0);
-    std::memset(b[k].scales, 0, 12);
-    for (int j = 0; j < 8; ++j) {
-      if (j < 4) {
-        b[k].scales[j] = sc[j];
-        b[k].scales[j + 4] = m[j];
-      } else {
-        b[k].scales[j + 4] = uint8_t((sc[j] & 0xF) | (m[j] & 0xF) << 4);
-        b[k].scales[j - 4] |= uint8_t((sc[j] >> 4) << 6);
-        b[k].scales[j] |= uint8_t((m[j] >> 4) << 6);
-      }
-    }
+    uint8_t q[256];
+    quantize_k_block(x, 15, b[k].d, b[k].dmin, b[k].scales, q);
     std::memset(b[k].qs, 0, 128);
-    for (int j = 0; j < 8; ++j) {
-      const float step = d * sc[j], offset = dmin * m[j];
-      for (int l = 0; l < 32; ++l) {
-        const long q = step ? std::clamp(std::lrint((x[32 * j + l] + offset) / step), 0L, 15L) : 0;
-        b[k].qs[32 * (j / 2) + l] |= uint8_t(q << (4 * (j % 2)));
-      }
+    for (int i = 0; i < 256; ++i) b[k].qs[32 * (i / 64) + i % 32] |= uint8_t(q[i] << (4 * ((i / 32) % 2)));
+  }
+}
+
+void quantize_q5_k(const float* x, int64_t blocks, BlockQ5_K* b) {
+  for (int64_t k = 0; k < blocks; ++k, x += 256) {
+    uint8_t q[256];
+    quantize_k_block(x, 31, b[k].d, b[k].dmin, b[k].scales, q);
+    std::memset(b[k].qs, 0, 128);
+    std::memset(b[k].qh, 0, 32);
+    for (int i = 0; i < 256; ++i) {
+      b[k].qs[32 * (i / 64) + i % 32] |= uint8_t((q[i] & 0xF) << (4 * ((i / 32) % 2)));
+      b[k].qh[i % 32] |= uint8_t((q[i] >> 4) << (i / 32));
     }
   }
 }
@@ -137,6 +226,9 @@ void dequantize_row(QuantType t, const uint8_t* row, int64_t cols, float* out) {
     case QuantType::Q8_0: return dequantize_q8_0(reinterpret_cast<const BlockQ8_0*>(row), blocks, out);
     case QuantType::Q4_K: return dequantize_q4_k(reinterpret_cast<const BlockQ4_K*>(row), blocks, out);
     case QuantType::Q6_K: return dequantize_q6_k(reinterpret_cast<const BlockQ6_K*>(row), blocks, out);
+    case QuantType::Q4_0: return dequantize_q4_0(reinterpret_cast<const BlockQ4_0*>(row), blocks, out);
+    case QuantType::Q5_0: return dequantize_q5_0(reinterpret_cast<const BlockQ5_0*>(row), blocks, out);
+    case QuantType::Q5_K: return dequantize_q5_k(reinterpret_cast<const BlockQ5_K*>(row), blocks, out);
   }
 }
 
@@ -146,6 +238,9 @@ void quantize_row(QuantType t, const float* x, int64_t cols, uint8_t* row) {
     case QuantType::Q8_0: return quantize_q8_0(x, blocks, reinterpret_cast<BlockQ8_0*>(row));
     case QuantType::Q4_K: return quantize_q4_k(x, blocks, reinterpret_cast<BlockQ4_K*>(row));
     case QuantType::Q6_K: return quantize_q6_k(x, blocks, reinterpret_cast<BlockQ6_K*>(row));
+    case QuantType::Q4_0: return quantize_q4_0(x, blocks, reinterpret_cast<BlockQ4_0*>(row));
+    case QuantType::Q5_0: return quantize_q5_0(x, blocks, reinterpret_cast<BlockQ5_0*>(row));
+    case QuantType::Q5_K: return quantize_q5_k(x, blocks, reinterpret_cast<BlockQ5_K*>(row));
   }
 }
 

@@ -6,6 +6,12 @@
 //         of 32, 128 bytes of 4-bit q;                         w = d * sc_j * q - dmin * m_j
 //   Q6_K: 256 weights = 128 bytes low 4 bits, 64 bytes high 2 bits, int8 scales for 16
 //         sub-blocks of 16, f16 d;                             w = d * sc_j * (q - 32)
+//   Q4_0: 32 weights = f16 d, 16 bytes of 4-bit q (byte l: low nibble weight l, high l + 16);
+//                                                              w = d * (q - 8)
+//   Q5_0: 32 weights = f16 d, 32 bits of high bits (bit i: weight i), 16 bytes of low 4 bits
+//         (as Q4_0);                                           w = d * (q - 16)
+//   Q5_K: 256 weights = Q4_K's d, dmin, scales, then 32 bytes of high bits (bit j of byte l:
+//         sub-block j), 128 bytes of low 4 bits (as Q4_K);     w = d * sc_j * q - dmin * m_j
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -13,11 +19,11 @@
 
 namespace runahead {
 
-enum class QuantType : uint8_t { Q8_0, Q4_K, Q6_K };
+enum class QuantType : uint8_t { Q8_0, Q4_K, Q6_K, Q4_0, Q5_0, Q5_K };
 
 struct QuantFormat {
   QuantType type;
-  const char* name;   // "q8_0", "q4_k", "q6_k" (lower case, as a `weights:` option would say)
+  const char* name;   // "q8_0", "q4_k", "q5_0", ... (lower case, as a `weights:` option would say)
   uint32_t ggml_id;   // the tensor type number in a GGUF file
   int block_elems;    // weights per block
   int block_bytes;    // bytes per block
@@ -27,6 +33,9 @@ inline constexpr QuantFormat kQuantFormats[] = {
     {QuantType::Q8_0, "q8_0", 8, 32, 34},
     {QuantType::Q4_K, "q4_k", 12, 256, 144},
     {QuantType::Q6_K, "q6_k", 14, 256, 210},
+    {QuantType::Q4_0, "q4_0", 2, 32, 18},
+    {QuantType::Q5_0, "q5_0", 6, 32, 22},
+    {QuantType::Q5_K, "q5_k", 13, 256, 176},
 };
 
 constexpr const QuantFormat& quant_format(QuantType t) { return kQuantFormats[static_cast<int>(t)]; }
@@ -64,7 +73,24 @@ struct BlockQ6_K {
   int8_t scales[16];
   uint16_t d;  // f16
 };
+struct BlockQ4_0 {
+  uint16_t d;  // f16
+  uint8_t qs[16];
+};
+struct BlockQ5_0 {
+  uint16_t d;     // f16
+  uint8_t qh[4];  // a little-endian uint32: bit i is weight i's fifth bit
+  uint8_t qs[16];
+};
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];  // as Q4_K's
+  uint8_t qh[32];      // bit j of byte l: the fifth bit of weight l of sub-block j
+  uint8_t qs[128];     // as Q4_K's
+};
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_K) == 176);
 
 // Sub-block j's 6-bit scale and min of a Q4_K block: j < 4 in the low 6 bits of bytes j and
 // j + 4; j >= 4 split between the low/high nibble of byte j + 4 and the top 2 bits of the others.

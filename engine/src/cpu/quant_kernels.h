@@ -34,12 +34,18 @@ struct QuantKernels {
   QuantMatvecRowsFn q8_0;
   QuantMatvecRowsFn q4_k;
   QuantMatvecRowsFn q6_k;
+  QuantMatvecRowsFn q4_0;
+  QuantMatvecRowsFn q5_0;
+  QuantMatvecRowsFn q5_k;
 
   QuantMatvecRowsFn rows(QuantType t) const {
     switch (t) {
       case QuantType::Q8_0: return q8_0;
       case QuantType::Q4_K: return q4_k;
       case QuantType::Q6_K: return q6_k;
+      case QuantType::Q4_0: return q4_0;
+      case QuantType::Q5_0: return q5_0;
+      case QuantType::Q5_K: return q5_k;
     }
     return q8_0;
   }

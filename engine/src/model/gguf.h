@@ -56,7 +56,7 @@ struct GgufTensor {
 
   // F32/F16/BF16 as the engine's dense DType; nullopt for a block format.
   std::optional<DType> dense_dtype() const;
-  // Q8_0/Q4_K/Q6_K; nullopt for a dense type.
+  // Q8_0/Q4_0/Q5_0/Q4_K/Q5_K/Q6_K; nullopt for a dense type.
   std::optional<QuantType> quant_type() const;
   // The view (data, storage format, shape) under `name`: a dense dtype or a block format.
   Tensor view(const std::string& name) const;

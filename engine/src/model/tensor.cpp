@@ -10,7 +10,10 @@ size_t dtype_size(DType t) {
     case DType::I8: return 1;
     case DType::Q8_0:
     case DType::Q4_K:
-    case DType::Q6_K: return 0;
+    case DType::Q6_K:
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::Q5_K: return 0;
   }
   return 0;
 }
@@ -24,6 +27,9 @@ const char* dtype_name(DType t) {
     case DType::Q8_0: return "Q8_0";
     case DType::Q4_K: return "Q4_K";
     case DType::Q6_K: return "Q6_K";
+    case DType::Q4_0: return "Q4_0";
+    case DType::Q5_0: return "Q5_0";
+    case DType::Q5_K: return "Q5_K";
   }
   return "?";
 }
@@ -33,6 +39,9 @@ std::optional<QuantType> quant_type_of(DType t) {
     case DType::Q8_0: return QuantType::Q8_0;
     case DType::Q4_K: return QuantType::Q4_K;
     case DType::Q6_K: return QuantType::Q6_K;
+    case DType::Q4_0: return QuantType::Q4_0;
+    case DType::Q5_0: return QuantType::Q5_0;
+    case DType::Q5_K: return QuantType::Q5_K;
     default: return std::nullopt;
   }
 }
@@ -44,6 +53,9 @@ DType dtype_of(QuantType t) {
     case QuantType::Q8_0: return DType::Q8_0;
     case QuantType::Q4_K: return DType::Q4_K;
     case QuantType::Q6_K: return DType::Q6_K;
+    case QuantType::Q4_0: return DType::Q4_0;
+    case QuantType::Q5_0: return DType::Q5_0;
+    case QuantType::Q5_K: return DType::Q5_K;
   }
   return DType::Q8_0;
 }

@@ -14,11 +14,11 @@ namespace runahead {
 
 // I8 exists only inside a quantized safetensors file (the int8 half of a Q8_0 pair); the
 // loader turns each pair into one Q8_0 tensor, so no model tensor is ever I8.
-enum class DType : uint8_t { F32, F16, BF16, I8, Q8_0, Q4_K, Q6_K };
+enum class DType : uint8_t { F32, F16, BF16, I8, Q8_0, Q4_K, Q6_K, Q4_0, Q5_0, Q5_K };
 
 // Bytes of one element of a dense dtype; 0 for a block format (use row_bytes).
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);  // "F32", "F16", "BF16", "I8" (safetensors spelling), "Q8_0", "Q4_K", "Q6_K"
+const char* dtype_name(DType t);  // "F32", "F16", "BF16", "I8" (safetensors spelling), "Q8_0", "Q4_K", ...
 bool is_quantized(DType t);       // a block format
 std::optional<QuantType> quant_type_of(DType t);
 DType dtype_of(QuantType t);

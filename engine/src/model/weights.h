@@ -29,7 +29,7 @@ struct ModelWeights {
   Tensor final_norm;              // [H]
   Tensor lm_head;                 // [V, H]; the same data as embed when tied
   DType dtype = DType::BF16;      // format of the embedding; dense matrices share it or one other dense
-                                  // dtype, block-quantized ones (Q8_0/Q4_K/Q6_K) may mix
+                                  // dtype, block-quantized ones (Q8_0/Q4_0/Q5_0/Q4_K/Q5_K/Q6_K) may mix
   int64_t parameters = 0;         // counted once even when tied
   size_t weight_bytes = 0;        // bytes one decode step reads (embed row excluded, lm_head included)
   std::string source;             // model folder, .gguf file, or "random:<shape>"

@@ -24,7 +24,7 @@ nlohmann::json hello_message() {
           {"capabilities",
            {{"backends", built_backends()},
             {"architectures", supported_architectures()},
-            {"dtypes", {"bf16", "f16", "f32", "q8_0", "q4_k", "q6_k"}},
+            {"dtypes", {"bf16", "f16", "f32", "q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k"}},
             {"model_files", {"folder", "gguf"}},
             {"weights", weight_options()},
             {"sampling", {"greedy", "temperature", "top_k", "top_p", "seed"}},

@@ -1,5 +1,8 @@
 // Portable quantized matvec: the same arithmetic as the SIMD kernels (int32 sums per
 // 32-weight block, scaled in f32), one weight at a time.
+#include <cstring>
+#include <type_traits>
+
 #include "model/half.h"
 #include "cpu/quant_kernels.h"
 
@@ -22,10 +25,12 @@ void matvec_q8_0_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int
   }
 }
 
-void matvec_q4_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
-                      const Q8Activations& x, float* y) {
+// Q4_K, and Q5_K (Block = BlockQ5_K) with q's fifth bit, bit j of qh[l], added.
+template <class Block>
+void matvec_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
+                   const Q8Activations& x, float* y) {
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const auto* b = reinterpret_cast<const BlockQ4_K*>(w + r * row_bytes);
+    const auto* b = reinterpret_cast<const Block*>(w + r * row_bytes);
     float acc = 0;
     for (int64_t k = 0; k < cols / 256; ++k) {
       const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
@@ -35,7 +40,11 @@ void matvec_q4_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int
         const int64_t xb = 8 * k + j;
         const uint8_t* q = b[k].qs + 32 * (j / 2);
         int32_t s = 0;
-        for (int l = 0; l < 32; ++l) s += int32_t((q[l] >> (4 * (j % 2))) & 0xF) * x.q[32 * xb + l];
+        for (int l = 0; l < 32; ++l) {
+          int v = (q[l] >> (4 * (j % 2))) & 0xF;
+          if constexpr (std::is_same_v<Block, BlockQ5_K>) v |= ((b[k].qh[l] >> j) & 1) << 4;
+          s += v * x.q[32 * xb + l];
+        }
         acc += d * sc * x.d[xb] * float(s) - dmin * m * x.d[xb] * float(x.sum[xb]);
       }
     }
@@ -66,10 +75,35 @@ void matvec_q6_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int
   }
 }
 
+// Q4_0 / Q5_0: w = d (q - half) with q unsigned, so a block's product is
+// d d_x (sum(q q_x) - half sum(q_x)).
+template <int kHalf>
+void matvec_q4_0_q5_0_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
+                           const Q8Activations& x, float* y) {
+  using Block = std::conditional_t<kHalf == 8, BlockQ4_0, BlockQ5_0>;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const auto* b = reinterpret_cast<const Block*>(w + r * row_bytes);
+    float acc = 0;
+    for (int64_t k = 0; k < cols / 32; ++k) {
+      uint32_t qh = 0;
+      if constexpr (kHalf == 16) std::memcpy(&qh, b[k].qh, 4);
+      int32_t s = 0;
+      for (int l = 0; l < 32; ++l) {
+        const int q = (l < 16 ? b[k].qs[l] & 0xF : b[k].qs[l - 16] >> 4) | ((qh >> l) & 1) << 4;
+        s += q * x.q[32 * k + l];
+      }
+      acc += f16_to_f32(b[k].d) * x.d[k] * float(s - kHalf * x.sum[k]);
+    }
+    y[r - row_begin] = acc;
+  }
+}
+
 }  // namespace
 
 const QuantKernels& portable_quant_kernels() {
-  static const QuantKernels k{"portable", &matvec_q8_0_rows, &matvec_q4_k_rows, &matvec_q6_k_rows};
+  static const QuantKernels k{"portable",         &matvec_q8_0_rows,         &matvec_k_rows<BlockQ4_K>,
+                              &matvec_q6_k_rows,  &matvec_q4_0_q5_0_rows<8>, &matvec_q4_0_q5_0_rows<16>,
+                              &matvec_k_rows<BlockQ5_K>};
   return k;
 }
 

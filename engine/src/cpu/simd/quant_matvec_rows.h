@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "cpu/quant_kernels.h"
 
@@ -73,14 +74,15 @@ inline __m256i lane_sums8(const __m256i p[8]) {
 
 // Q4_K: sub-block j (32 weights) = d sc_j q - dmin m_j, so its product with the activation
 // block is d sc_j d_x sum(q q_x) - dmin m_j d_x sum(q_x). The eight sub-blocks of a block are
-// one vector each of scales, mins, activation scales and sums.
-template <class Isa>
-void matvec_q4_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
+// one vector each of scales, mins, activation scales and sums. Q5_K (Block = BlockQ5_K) is
+// the same with q's fifth bit, bit j of qh[l], added.
+template <class Isa, class Block>
+void matvec_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
                       const Q8Activations& x, float* y) {
   const int64_t blocks = cols / 256;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const auto* b = reinterpret_cast<const BlockQ4_K*>(w + r * row_bytes);
+    const auto* b = reinterpret_cast<const Block*>(w + r * row_bytes);
     __m256 acc = _mm256_setzero_ps(), mins_acc = _mm256_setzero_ps();
     for (int64_t k = 0; k < blocks; ++k) {
       const __m256 xd = _mm256_loadu_ps(&x.d[8 * k]);
@@ -91,8 +93,14 @@ void matvec_q4_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int
       __m256i p[8];
       for (int g = 0; g < 4; ++g) {
         const __m256i bytes = load32(b[k].qs + 32 * g);
-        p[2 * g] = Isa::dot_u8s8(_mm256_and_si256(bytes, low4), load32(xq + 64 * g));
-        p[2 * g + 1] = Isa::dot_u8s8(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), load32(xq + 64 * g + 32));
+        __m256i q0 = _mm256_and_si256(bytes, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+        if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+          const __m256i qh = load32(b[k].qh);  // bit j of byte l, shifted to bit 0 then to bit 4
+          q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
+          q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
+        }
+        p[2 * g] = Isa::dot_u8s8(q0, load32(xq + 64 * g));
+        p[2 * g + 1] = Isa::dot_u8s8(q1, load32(xq + 64 * g + 32));
       }
       const __m256 dots = _mm256_cvtepi32_ps(lane_sums8(p));
       acc = _mm256_fmadd_ps(_mm256_mul_ps(dots, _mm256_cvtepi32_ps(sc)), _mm256_mul_ps(xd, _mm256_set1_ps(_cvtsh_ss(b[k].d))), acc);
@@ -100,6 +108,43 @@ void matvec_q4_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int
                                  _mm256_mul_ps(xd, xsum), mins_acc);
     }
     y[r - row_begin] = hsum(_mm256_sub_ps(acc, mins_acc));
+  }
+}
+
+// Byte i of the result: `value` where bit i of `bits` is set, else 0.
+inline __m256i bit_bytes(uint32_t bits, __m256i value) {
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)),
+                                             _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), value);
+}
+
+// Q4_0 (kHalf 8) / Q5_0 (kHalf 16): w = d (q - half), q unsigned, so a block's product is
+// d d_x (sum(q q_x) - half sum(q_x)); the 16 bytes of nibbles are weights 0-15 (low) and 16-31 (high).
+template <class Isa, int kHalf>
+void matvec_q4_0_q5_0_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
+                           const Q8Activations& x, float* y) {
+  using Block = std::conditional_t<kHalf == 8, BlockQ4_0, BlockQ5_0>;
+  const int64_t blocks = cols / 32;
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m256i fifth = _mm256_set1_epi8(0x10);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const auto* b = reinterpret_cast<const Block*>(w + r * row_bytes);
+    __m256 acc = _mm256_setzero_ps();
+    float offsets = 0;
+    for (int64_t k = 0; k < blocks; ++k) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[k].qs));
+      __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4), _mm_and_si128(bytes, low4));
+      if constexpr (kHalf == 16) {
+        uint32_t qh;
+        std::memcpy(&qh, b[k].qh, 4);
+        q = _mm256_or_si256(q, bit_bytes(qh, fifth));
+      }
+      const float dd = _cvtsh_ss(b[k].d) * x.d[k];
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Isa::dot_u8s8(q, load32(&x.q[32 * k]))), _mm256_set1_ps(dd), acc);
+      offsets += dd * float(x.sum[k]);
+    }
+    y[r - row_begin] = hsum(acc) - kHalf * offsets;
   }
 }
 
@@ -143,7 +188,13 @@ void matvec_q6_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int
 
 template <class Isa>
 QuantKernels make_quant_kernels(const char* name) {
-  return QuantKernels{name, &matvec_q8_0_rows<Isa>, &matvec_q4_k_rows<Isa>, &matvec_q6_k_rows<Isa>};
+  return QuantKernels{name,
+                      &matvec_q8_0_rows<Isa>,
+                      &matvec_k_rows<Isa, BlockQ4_K>,
+                      &matvec_q6_k_rows<Isa>,
+                      &matvec_q4_0_q5_0_rows<Isa, 8>,
+                      &matvec_q4_0_q5_0_rows<Isa, 16>,
+                      &matvec_k_rows<Isa, BlockQ5_K>};
 }
 
 }  // namespace runahead::simd
