@@ -78,7 +78,7 @@ inline __m256i lane_sums8(const __m256i p[8]) {
 // the same with q's fifth bit, bit j of qh[l], added.
 template <class Isa, class Block>
 void matvec_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
-                      const Q8Activations& x, float* y) {
+                   const Q8Activations& x, float* y) {
   const int64_t blocks = cols / 256;
   const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
   for (int64_t r = row_begin; r < row_end; ++r) {
@@ -90,12 +90,13 @@ void matvec_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_
       __m256i m;
       const __m256i sc = q4_k_scales_mins(b[k].scales, m);
       const int8_t* xq = &x.q[256 * k];
+      __m256i qh = _mm256_setzero_si256();  // Q5_K: bit j of byte l is sub-block j's fifth bit
+      if constexpr (std::is_same_v<Block, BlockQ5_K>) qh = load32(b[k].qh);
       __m256i p[8];
       for (int g = 0; g < 4; ++g) {
         const __m256i bytes = load32(b[k].qs + 32 * g);
         __m256i q0 = _mm256_and_si256(bytes, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
         if constexpr (std::is_same_v<Block, BlockQ5_K>) {
-          const __m256i qh = load32(b[k].qh);  // bit j of byte l, shifted to bit 0 then to bit 4
           q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
           q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
         }
