@@ -17,6 +17,9 @@
 # test/fixtures/models/ with test/fixtures/make_fixtures.py --only (they come back in $OUT/fixtures/).
 # BASE=<commit> (e.g. BASE=HEAD~3) also builds that commit (git worktree, or BASE_SRC below, in $BUILD-base)
 # and runs its decode bench interleaved with this tree's, shape by shape: bench-compare.txt.
+# On the device, git may not know this checkout's newest commits (a `git archive HEAD` there once
+# built an older tree): run the script on the working tree as carried, and make any base tree here
+# (`git archive <commit> engine/CMakeLists.txt engine/src engine/bench | tar -x -C .base`, BASE_SRC=.base).
 set -u
 OUT=${OUT:-$PWD/cuda-out}
 mkdir -p "$OUT"
