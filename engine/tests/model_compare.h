@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -11,6 +12,15 @@
 #include "runtime/backend.h"
 
 namespace runahead::test {
+
+// The fixture model folders, and the embedded default model as it ships.
+inline const std::filesystem::path kFixtureModels = std::filesystem::path(RUNAHEAD_FIXTURES) / "models";
+inline const std::filesystem::path kEmbeddedModel =
+    std::filesystem::path(RUNAHEAD_FIXTURES) / ".." / ".." / "engine" / "models" / "runahead-coder";
+
+inline std::shared_ptr<const ModelWeights> load_shared(const std::filesystem::path& path) {
+  return std::make_shared<const ModelWeights>(load_model(path));
+}
 
 // logits of every position of `tokens`, [n, V], on a fresh CPU backend.
 inline std::vector<float> all_logits(std::shared_ptr<const ModelWeights> w, const std::vector<int32_t>& tokens) {

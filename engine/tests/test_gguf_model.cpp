@@ -18,17 +18,12 @@ using namespace runahead::test;
 
 namespace {
 
-const fs::path kFixtures = fs::path(RUNAHEAD_FIXTURES) / "models";
-const fs::path kEmbedded = fs::path(RUNAHEAD_FIXTURES) / ".." / ".." / "engine" / "models" / "runahead-coder";
-
-std::shared_ptr<const ModelWeights> load(const fs::path& path) { return std::make_shared<const ModelWeights>(load_model(path)); }
-
 // `w` as `dir`/model.gguf in `type`, loaded back.
 std::shared_ptr<const ModelWeights> via_gguf(const TempDir& dir, const ModelWeights& w, uint32_t type,
                                              uint32_t fallback = kGgufQ8_0) {
   const fs::path file = dir.path / "model.gguf";
   write_file(file, gguf_of_model(w, type, fallback));
-  return load(file);
+  return load_shared(file);
 }
 
 }  // namespace
@@ -44,7 +39,7 @@ TEST_CASE("gguf model: the fixtures as F32, BF16 and Q8_0 files give the safeten
     for (const char* name : {"qwen2-tied-bf16", "qwen2-untied-f16", "llama-f32", "qwen3-tiny-bf16"}) {
       INFO(name << " as " << t.name);
       TempDir dir;
-      const auto base = load(kFixtures / name);
+      const auto base = load_shared(kFixtureModels / name);
       const auto g = via_gguf(dir, *base, t.type);
       CHECK(g->config.architecture == base->config.architecture);
       CHECK(g->config.tie_word_embeddings == base->config.tie_word_embeddings);
@@ -71,7 +66,7 @@ TEST_CASE("gguf model: the embedded model as Q8_0, Q4_K, Q5_K, Q6_K, Q4_0 and Q5
                           // 0.114 (Q4_0), 0.057 (Q4_K over Q5_0, as a Q4_K_M file mixes them)
     uint32_t fallback = kGgufQ8_0;
   };
-  const auto base = std::make_shared<const ModelWeights>(with_dense_matrices(*load(kEmbedded), DType::F32));
+  const auto base = std::make_shared<const ModelWeights>(with_dense_matrices(*load_shared(kEmbeddedModel), DType::F32));
   const std::vector<int32_t>& prompt = code_prompts()[0];
   const auto reference = all_logits(base, prompt);
   for (const Type& t : {Type{kGgufQ8_0, "q8_0", 0.03}, Type{kGgufQ6_K, "q8_0+q6_k", 0.025}, Type{kGgufQ4_K, "q8_0+q4_k", 0.07},
@@ -96,10 +91,10 @@ TEST_CASE("gguf model: the embedded model as Q8_0, Q4_K, Q5_K, Q6_K, Q4_0 and Q5
 
 TEST_CASE("gguf model: a draft model may be a .gguf file of the target's vocabulary") {
   TempDir dir;
-  const auto target = load(kFixtures / "qwen2-tied-bf16");
+  const auto target = load_shared(kFixtureModels / "qwen2-tied-bf16");
   write_file(dir.path / "draft.gguf", gguf_of_model(*target, kGgufQ8_0));
   CHECK(weight_formats(*load_draft_model(dir.path / "draft.gguf", *target)) == "q8_0");
-  const auto other = load(kEmbedded);  // another vocabulary
+  const auto other = load_shared(kEmbeddedModel);  // another vocabulary
   const EngineError e = error_of([&] { load_draft_model(dir.path / "draft.gguf", *other); });
   CHECK(e.code == "model_error");
   CHECK(e.field == "token_embd.weight");
@@ -107,7 +102,7 @@ TEST_CASE("gguf model: a draft model may be a .gguf file of the target's vocabul
 
 TEST_CASE("gguf model: a file without a tensor the architecture binds is a model error naming it") {
   TempDir dir;
-  const auto base = load(kFixtures / "qwen2-tied-bf16");
+  const auto base = load_shared(kFixtureModels / "qwen2-tied-bf16");
   std::string bytes = gguf_of_model(*base, kGgufF32);
   // Rename blk.1.ffn_up.weight so the file lacks it (same length: the layout stays valid).
   const size_t at = bytes.find("blk.1.ffn_up.weight");

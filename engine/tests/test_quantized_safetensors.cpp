@@ -16,11 +16,6 @@ using namespace runahead::test;
 
 namespace {
 
-const fs::path kFixtures = fs::path(RUNAHEAD_FIXTURES) / "models";
-const fs::path kEmbedded = fs::path(RUNAHEAD_FIXTURES) / ".." / ".." / "engine" / "models" / "runahead-coder";
-
-std::shared_ptr<const ModelWeights> load(const fs::path& dir) { return std::make_shared<const ModelWeights>(load_model(dir)); }
-
 // The load error of a tiny_config model (hidden 64) whose layer-0 q_proj is `pair`.
 EngineError pair_error(const std::vector<RawTensor>& pair) {
   TempDir dir;
@@ -46,10 +41,10 @@ TEST_CASE("quantized safetensors: a Q8_0 bundle (tied embedding too) loads as th
   for (const char* name : {"qwen2-tied-bf16", "qwen2-untied-f16", "llama-f32"}) {
     INFO(name);
     TempDir dir;
-    const auto base = load(kFixtures / name);
+    const auto base = load_shared(kFixtureModels / name);
     const auto q8 = std::make_shared<const ModelWeights>(quantize_matrices(*base, QuantType::Q8_0));
-    write_q8_0_bundle(dir.path, kFixtures / name, *q8);
-    const auto loaded = load(dir.path);
+    write_q8_0_bundle(dir.path, kFixtureModels / name, *q8);
+    const auto loaded = load_shared(dir.path);
     CHECK(weight_formats(*loaded) == "q8_0");
     CHECK(loaded->final_norm.dtype == base->final_norm.dtype);
     CHECK((loaded->lm_head.data == loaded->embed.data) == base->config.tie_word_embeddings);
@@ -63,18 +58,18 @@ TEST_CASE("quantized safetensors: a Q8_0 bundle (tied embedding too) loads as th
 // The embedded model ships as Q8_0 pairs (model.safetensors, mtp.safetensors, draft/): each
 // loads, and the target written back by this file's writer loads as the same blocks.
 TEST_CASE("quantized safetensors: the embedded model, its MTP head and a draft folder load from Q8_0 bundles") {
-  const auto target = load(kEmbedded);
+  const auto target = load_shared(kEmbeddedModel);
   CHECK(weight_formats(*target) == "q8_0");
   CHECK(target->lm_head.data == target->embed.data);
   TempDir dir;
-  write_q8_0_bundle(dir.path, kEmbedded, *target);
-  const auto rewritten = load(dir.path);
+  write_q8_0_bundle(dir.path, kEmbeddedModel, *target);
+  const auto rewritten = load_shared(dir.path);
   CHECK(rewritten->weight_bytes == target->weight_bytes);
   CHECK(std::memcmp(rewritten->embed.data, target->embed.data, target->embed.nbytes()) == 0);
   CHECK(std::memcmp(rewritten->layers[1][Role::WDown].data, target->layers[1][Role::WDown].data,
                     target->layers[1][Role::WDown].nbytes()) == 0);
 
-  const MtpWeights head = load_mtp(kEmbedded / "mtp.safetensors", target);
+  const MtpWeights head = load_mtp(kEmbeddedModel / "mtp.safetensors", target);
   CHECK(weight_formats(*head.layer) == "q8_0");
   CHECK(head.eh_proj.size() == size_t(2 * target->config.hidden_size * target->config.hidden_size));
   // The head's layer widened to f32 holds the shipped weights exactly: the error is the Q8_0
@@ -92,7 +87,7 @@ TEST_CASE("quantized safetensors: the embedded model, its MTP head and a draft f
   CHECK(err < 0.03);
   CHECK(err > 0);  // the quantized kernels ran
 
-  const auto draft = load_draft_model(kEmbedded / "draft", *target);
+  const auto draft = load_draft_model(kEmbeddedModel / "draft", *target);
   CHECK(weight_formats(*draft) == "q8_0");
   CHECK(draft->config.vocab_size == target->config.vocab_size);
 }

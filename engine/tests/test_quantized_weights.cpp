@@ -15,13 +15,11 @@ using namespace runahead::test;
 namespace {
 
 std::shared_ptr<const ModelWeights> fixture(const char* name) {
-  return std::make_shared<const ModelWeights>(load_model(fs::path(RUNAHEAD_FIXTURES) / "models" / name));
+  return load_shared(kFixtureModels / name);
 }
 
-const fs::path kEmbedded = fs::path(RUNAHEAD_FIXTURES) / ".." / ".." / "engine" / "models" / "runahead-coder";
-
 // The embedded model (trained, so its greedy choices are not coin flips) as it ships, Q8_0.
-std::shared_ptr<const ModelWeights> embedded() { return std::make_shared<const ModelWeights>(load_model(kEmbedded)); }
+std::shared_ptr<const ModelWeights> embedded() { return load_shared(kEmbeddedModel); }
 
 // `w` with its matrices in f32: a Q8_0 weight (int8 times an f16 scale) widens exactly, so
 // this is the float model whose Q8_0 form `w` is.

@@ -24,7 +24,10 @@ void dequantize_q8_0(const BlockQ8_0* b, int64_t blocks, float* out) {
   }
 }
 
-void dequantize_q4_k(const BlockQ4_K* b, int64_t blocks, float* out) {
+// Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scale/min pairs and 4-bit low parts; high(block, j, l) adds
+// Q5_K's fifth bit of weight l in sub-block j (0 for Q4_K).
+template <class Block, class High>
+void dequantize_k_nibbles(const Block* b, int64_t blocks, float* out, High high) {
   for (int64_t k = 0; k < blocks; ++k) {
     const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
     for (int j = 0; j < 8; ++j, out += 32) {
@@ -32,9 +35,13 @@ void dequantize_q4_k(const BlockQ4_K* b, int64_t blocks, float* out) {
       q4_k_scale_min(j, b[k].scales, sc, m);
       const uint8_t* q = b[k].qs + 32 * (j / 2);
       const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l) out[l] = d * sc * float((q[l] >> shift) & 0xF) - dmin * m;
+      for (int l = 0; l < 32; ++l) out[l] = d * sc * float(((q[l] >> shift) & 0xF) | high(b[k], j, l)) - dmin * m;
     }
   }
+}
+
+void dequantize_q4_k(const BlockQ4_K* b, int64_t blocks, float* out) {
+  dequantize_k_nibbles(b, blocks, out, [](const BlockQ4_K&, int, int) { return 0; });
 }
 
 // Q6_K weight i of a block, 0..63 (subtract 32 for its signed value).
@@ -77,19 +84,7 @@ void dequantize_q5_0(const BlockQ5_0* b, int64_t blocks, float* out) {
 }
 
 void dequantize_q5_k(const BlockQ5_K* b, int64_t blocks, float* out) {
-  for (int64_t k = 0; k < blocks; ++k) {
-    const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
-    for (int j = 0; j < 8; ++j, out += 32) {
-      uint8_t sc, m;
-      q4_k_scale_min(j, b[k].scales, sc, m);
-      const uint8_t* q = b[k].qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l) {
-        const int v = ((q[l] >> shift) & 0xF) | ((b[k].qh[l] >> j) & 1) << 4;
-        out[l] = d * sc * float(v) - dmin * m;
-      }
-    }
-  }
+  dequantize_k_nibbles(b, blocks, out, [](const BlockQ5_K& x, int j, int l) { return ((x.qh[l] >> j) & 1) << 4; });
 }
 
 void quantize_q8_0(const float* x, int64_t blocks, BlockQ8_0* b) {
