@@ -317,16 +317,22 @@ void check_golden(const std::string& name, CudaBackend& cuda, Backend& cpu) {
     const auto prompt = g["prompt"].get<std::vector<int32_t>>();
     const auto expected = g["tokens"].get<std::vector<int32_t>>();
     const int max_new = g["max_new_tokens"].get<int>();
+    // transformers stops at an end-of-sequence token and leaves it out of the golden.
+    const auto& eos = cuda.config().eos_token_ids;
+    const auto is_eos = [&](int32_t t) { return std::find(eos.begin(), eos.end(), t) != eos.end(); };
     cuda.truncate(0);
     std::vector<float> logits;
     cuda.forward(prompt, 1, logits);
     std::vector<int32_t> got = {argmax_of(logits, 0, V)};
+    bool stopped = false;
     cuda.decode(got[0], max_new - 1, SamplingParams{}, [&](int32_t t) {
+      if (is_eos(t)) return !(stopped = true);
       got.push_back(t);
       return true;
     });
     CHECK(got == expected);
-    CHECK(cuda.kv_len() == int(prompt.size() + got.size() - 1));
+    // The cache holds the prompt and every token fed: all produced but the last (the end token, when it stopped).
+    CHECK(cuda.kv_len() == int(prompt.size() + got.size() - (stopped ? 0 : 1)));
 
     // The CPU backend, token by token, and the CUDA backend's plain forward agree.
     cpu.truncate(0);
@@ -337,6 +343,8 @@ void check_golden(const std::string& name, CudaBackend& cuda, Backend& cpu) {
     std::vector<int32_t> cpu_tokens, cuda_tokens;
     for (int i = 0; i < max_new; ++i) {
       const int32_t a = argmax_of(cpu_logits, 0, V), b = argmax_of(cuda_logits, 0, V);
+      CHECK(a == b);
+      if (is_eos(a) || is_eos(b)) break;
       cpu_tokens.push_back(a), cuda_tokens.push_back(b);
       cpu.forward(std::span<const int32_t>(&a, 1), 1, cpu_logits);
       cuda.forward(std::span<const int32_t>(&b, 1), 1, cuda_logits);
