@@ -9,6 +9,7 @@
 #include "model/half.h"
 #include "cpu/simd/kernels.h"
 #include "cpu/thread_pool.h"
+#include "runtime/cpus.h"
 
 using namespace runahead;
 

@@ -445,6 +445,76 @@ TEST_CASE("cuda backend: qwen3 (q/k norms) matches the transformers golden and t
   check_prefill_near_cpu(weights, 300);
 }
 
+namespace {
+
+// Greedy verify on the device against the CPU's argmax: from one prompt, drafts of every
+// width the device path takes (1..8 tokens in the step), right up to a wrong token at each
+// place, keep what the CPU's greedy continuation says, leave the cache at that length, and
+// decoding from there continues the CPU's tokens.
+void check_device_verify(std::shared_ptr<const ModelWeights> weights) {
+  auto cuda = make_cuda_backend(weights, BackendOptions{});
+  auto cpu = make_cpu_backend(weights, BackendOptions{});
+  const int V = weights->config.vocab_size;
+  REQUIRE(cuda->max_verify_width() == cuda::kMaxVecTokens);
+  std::mt19937 rng(5);
+  const std::vector<int32_t> prompt = random_tokens(40, V, rng);
+  // The CPU's greedy continuation: g[0] follows the prompt, g[i + 1] follows g[i].
+  std::vector<int32_t> g;
+  std::vector<float> logits;
+  cpu->forward(prompt, 1, logits);
+  g.push_back(argmax_of(logits, 0, V));
+  for (int i = 0; i < 14; ++i) {
+    cpu->forward(std::span<const int32_t>(&g.back(), 1), 1, logits);
+    g.push_back(argmax_of(logits, 0, V));
+  }
+  const int P = int(prompt.size());
+  cuda->forward(prompt, 1, logits);
+  for (int width = 1; width <= cuda::kMaxVecTokens; ++width) {
+    for (int wrong = 0; wrong <= width - 1; ++wrong) {  // wrong == width - 1: the whole draft is right
+      CAPTURE(width);
+      CAPTURE(wrong);
+      std::vector<int32_t> draft(g.begin() + 1, g.begin() + width);
+      if (wrong < width - 1) draft[size_t(wrong)] = (draft[size_t(wrong)] + 1) % V;
+      const GreedyVerdict v = cuda->verify_greedy(g[0], draft);
+      CHECK(v.accepted == wrong);
+      CHECK(v.next == g[size_t(wrong) + 1]);
+      CHECK(cuda->kv_len() == P + 1 + v.accepted);
+      cuda->truncate(P);
+    }
+  }
+  // After a partly accepted verify the cache and the device's next token are right.
+  const std::vector<int32_t> draft = {g[1], g[2], (g[3] + 1) % V, g[4]};
+  const GreedyVerdict v = cuda->verify_greedy(g[0], draft);
+  REQUIRE(v.accepted == 2);
+  std::vector<int32_t> more = {v.next};
+  cuda->decode(v.next, 6, SamplingParams{}, [&](int32_t t) {
+    more.push_back(t);
+    return true;
+  });
+  CHECK(more == std::vector<int32_t>(g.begin() + 3, g.begin() + 10));
+  // Wider than one pass: forward() and the host, with the same verdict.
+  cuda->truncate(P);
+  const std::vector<int32_t> wide(g.begin() + 1, g.begin() + 12);
+  const GreedyVerdict w = cuda->verify_greedy(g[0], wide);
+  CHECK(w.accepted == 11);
+  CHECK(w.next == g[12]);
+  CHECK(cuda->kv_len() == P + 12);
+}
+
+}  // namespace
+
+TEST_CASE("cuda backend: greedy verify on the device keeps what the CPU's argmax keeps") {
+  if (!have_device()) return;
+  for (const char* persistent : {"1", "0"})
+    for (const char* name : {"qwen2-tied-bf16", "llama-f32", "qwen3-tiny-bf16"}) {
+      CAPTURE(name);
+      CAPTURE(persistent);
+      setenv("RUNAHEAD_CUDA_PERSISTENT", persistent, 1);
+      check_device_verify(fixture(name));
+      unsetenv("RUNAHEAD_CUDA_PERSISTENT");
+    }
+}
+
 TEST_CASE("cuda backend: the tensor-core prefill path stays close to the CPU backend") {
   if (!have_device()) return;
   check_prefill_near_cpu(fixture("qwen2-tied-bf16"), 300);

@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "cpu/thread_pool.h"
+#include "runtime/cpus.h"
 #include "model/regular_file.h"
 #include "model/weights.h"
 #include "model_writer.h"

@@ -72,8 +72,11 @@ class MarkovBackend final : public Backend {
     for (size_t v = 0; v < out.size(); ++v) out[v] = float(mix(h ^ (v * 0x9E3779B97F4A7C15ull)) >> 40) / float(1 << 24) * 8.0f - 4.0f;
   }
 
+  int max_verify_width() const override { return verify_width; }
+
   std::function<void(int width)> on_forward;
   std::vector<int> widths;
+  int verify_width = 0;  // what max_verify_width() says (0: no limit)
 
  private:
   uint64_t hash(std::span<const int32_t> prefix) const {

@@ -112,6 +112,52 @@ TEST_CASE("greedy speculation equals plain greedy for right, wrong and lookup dr
   CHECK(total_accepted > total_drafted / 10);
 }
 
+TEST_CASE("a greedy verify keeps the drafts the target agrees with and leaves the cache at them") {
+  MarkovBackend backend(kVocab, kContext);
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+  // The target's greedy continuation, step by step.
+  std::vector<int32_t> g;
+  std::vector<float> logits;
+  backend.forward(prompt, 1, logits);
+  g.push_back(argmax(logits));
+  for (int i = 0; i < 6; ++i) {
+    backend.forward(std::span(&g.back(), 1), 1, logits);
+    g.push_back(argmax(logits));
+  }
+  const int P = int(prompt.size());
+  for (int wrong = 0; wrong <= 4; ++wrong) {
+    CAPTURE(wrong);
+    backend.truncate(P);
+    std::vector<int32_t> draft(g.begin() + 1, g.begin() + 5);
+    if (wrong < 4) draft[size_t(wrong)] = (draft[size_t(wrong)] + 1) % kVocab;
+    const GreedyVerdict v = backend.verify_greedy(g[0], draft);
+    CHECK(v.accepted == wrong);
+    CHECK(v.next == g[size_t(wrong) + 1]);
+    CHECK(backend.kv_len() == P + 1 + wrong);
+  }
+  // An empty draft is a plain greedy step.
+  backend.truncate(P);
+  CHECK(backend.verify_greedy(g[0], {}).next == g[1]);
+  CHECK(backend.kv_len() == P + 1);
+}
+
+TEST_CASE("no verify is wider than the target's widest, and the output stays the plain one") {
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  const GenerateRequest r = greedy(prompt, 30);
+  const Run expected = plain(r);
+  MarkovBackend backend(kVocab, kContext);
+  backend.verify_width = 3;
+  auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab)));
+  backend.widths.clear();  // the cost table's forwards
+  GeneratorOptions options;
+  options.speculator = spec.get();
+  Generator g(backend, options);
+  const Run got = run(g, r);
+  CHECK(got.tokens == expected.tokens);
+  CHECK(got.result.stats.speculation.accepted > 0);
+  for (size_t i = 1; i < backend.widths.size(); ++i) CHECK(backend.widths[i] <= 3);
+}
+
 TEST_CASE("drafts never run past the tokens a request may still emit, nor past the context") {
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
   for (int max_tokens : {1, 2, 3, 5, 9}) {

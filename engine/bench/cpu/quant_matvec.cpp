@@ -17,6 +17,7 @@
 #include "cpu/read_bandwidth.h"
 #include "cpu/simd/kernels.h"
 #include "cpu/thread_pool.h"
+#include "runtime/cpus.h"
 #include "model/half.h"
 
 using namespace runahead;

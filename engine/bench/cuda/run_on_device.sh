@@ -107,12 +107,19 @@ if [ "${PER_OP_COMPARE:-1}" = 1 ]; then
     sed 's/^/kernel per op without PDL: /' | tee -a "$OUT/summary.txt"
 fi
 
-# The protocol's own generation path (runahead-engine demo): ms/token as a client sees it.
+# The protocol's own generation path (runahead-engine demo): ms/token as a client sees it, from
+# a real code prompt (code_prompt.ids: 856 tokens of engine/train/fetch_corpus.py in the embedded
+# model's tokenizer), greedy, each speculation mode; with BASE, the base engine alongside.
 if [ "${DEMO:-1}" = 1 ]; then
+  PROMPT=$(cat engine/bench/cuda/code_prompt.ids)
   for model in engine/models/runahead-coder random:qwen2.5-coder-0.5b random:qwen2.5-coder-1.5b; do
-    for spec in off auto; do
-      timeout 120 "$ENGINE" demo --model "$model" --tokens 128 --speculation $spec > "$OUT/demo.txt" 2>&1
-      log "demo $model speculation $spec: exit $? -- $(grep -E '"(backend|decode_ms_per_token|accepted_per_step|ttft_ms)"' "$OUT/demo.txt" | tr -d ' \n')"
+    for spec in off lookup auto; do
+      for side in this base; do
+        bin=$ENGINE; [ $side = base ] && bin=$BUILD-base/runahead-engine
+        [ -x "$bin" ] || continue
+        timeout 120 "$bin" demo --model "$model" --prompt-ids "$PROMPT" --tokens 256 --speculation $spec > "$OUT/demo.txt" 2>&1
+        log "demo $side $model speculation $spec: exit $? -- $(grep -E '^  "(tokens|steps|decode_ms_per_token|ttft_ms)"' "$OUT/demo.txt" | tr -d ' \n')"
+      done
     done
   done
 fi

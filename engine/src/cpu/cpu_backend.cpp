@@ -6,6 +6,7 @@
 #include "model/error.h"
 #include "model/numerics.h"
 #include "runtime/backend.h"
+#include "runtime/cpus.h"
 
 namespace runahead {
 namespace {

@@ -55,11 +55,4 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
 };
 
-// The CPUs in this process's affinity mask (sched_getaffinity): more threads than these
-// only take turns on them.
-int usable_cpus();
-// One thread per physical core among those CPUs (SMT siblings counted once, from sysfs
-// topology): under `taskset -c 0` that is 1, whatever the machine has.
-int default_threads();
-
 }  // namespace runahead

@@ -335,8 +335,19 @@ __device__ __forceinline__ void finish_step(const StepEnd& end, const int32_t* t
     if (end.out) end.out[t] = tokens[t];
     if (end.host) end.host[p0 + end.advance - n + t + 1] = tokens[t];
   }
-  if (end.next) end.next[0] = tokens[n - 1];
-  if (end.pos) *end.pos = p0 + end.advance;
+  int last = n - 1, advance = end.advance;
+  if (end.draft) {
+    // Greedy verify: drafted token t + 1 stays while it is row t's argmax; the cache keeps
+    // the step's first token and those, and the row after them gives the next token.
+    int accepted = 0;
+    while (accepted < n - 1 && tokens[accepted] == end.draft[accepted + 1]) ++accepted;
+    last = accepted;
+    advance -= n - 1 - accepted;
+    end.verdict[0] = accepted;
+    end.verdict[1] = tokens[accepted];
+  }
+  if (end.next) end.next[0] = tokens[last];
+  if (end.pos) *end.pos = p0 + advance;
 }
 
 // Blocks for a grid-stride kernel: enough to cover `units` (units_per_block each), at most

@@ -74,7 +74,9 @@ struct DeviceLayer {
   }
 };
 
-enum class StepMode { Logits, Greedy, Sample };
+// How a step ends: logits only, a greedy or sampled token fed to the next step, or a greedy
+// verify of the step's drafted tokens (StepEnd::draft).
+enum class StepMode { Logits, Greedy, Sample, Verify };
 
 class CudaBackendImpl final : public CudaBackend, private StepParts {
  public:
@@ -125,6 +127,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"decode_step", describe_decode_step()},
               {"programmatic_dependent_launch", pdl_enabled()},
               {"device_argmax_and_sampling", true},
+              {"device_greedy_verify", true},
               {"fused_rmsnorm_qkv_rope_kv_append", true},
               {"fused_rmsnorm_gate_up_swiglu", true},
               {"split_k_decode_attention", attention_.splits},
@@ -228,6 +231,28 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     return decode(first, max_tokens, SamplingParams{}, on_token);
   }
 
+  // One captured graph per width: the rows' argmaxes, the comparison with the draft and the
+  // rollback happen on the device (StepEnd::draft); two ints come back. Wider steps than one
+  // matrix-vector pass serves go through forward() (max_verify_width() says how wide).
+  GreedyVerdict verify_greedy(int32_t pending, std::span<const int32_t> draft) override {
+    const int n = 1 + int(draft.size());
+    if (n > kMaxVecTokens) return Backend::verify_greedy(pending, draft);
+    ensure_host_rows(n, 1);
+    int32_t* in = host_in_.host<int32_t>();
+    in[0] = pending;
+    std::copy(draft.begin(), draft.end(), in + 1);
+    check(std::span<const int32_t>(in, size_t(n)), n);
+    check_cuda(cudaMemcpyAsync(tokens_d_.get(), in, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync (tokens)");
+    launch_graph(graph_for(StepMode::Verify, n, n));
+    check_cuda(cudaStreamSynchronize(stream_), "verify_greedy");
+    const volatile int32_t* verdict = verdict_.host<int32_t>();
+    const GreedyVerdict v{verdict[0], verdict[1]};
+    kv_len_ += 1 + v.accepted;
+    return v;
+  }
+  int max_verify_width() const override { return kMaxVecTokens; }
+
   StepParts& step_parts() override { return *this; }
 
   // --- StepParts: the step's parts one at a time, for the bench's profiler ---------------
@@ -310,6 +335,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     sampling_d_ = DeviceBuffer(sizeof(SamplingState));
     allocate_step();
     host_tokens_ = PinnedBuffer(size_t(capacity_ + 2) * sizeof(int32_t));
+    verdict_ = PinnedBuffer(2 * sizeof(int32_t));
     if (w_->dtype == DType::BF16) {
       const int widest = std::max({H, qd, I});
       h_bf16_ = DeviceBuffer(size_t(rows) * widest * 2);
@@ -580,7 +606,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     StepEnd end;
     end.pos = pos;
     end.advance = n;
-    if (mode != StepMode::Logits) {
+    if (mode == StepMode::Verify) {
+      end.next = tokens_d_.get<int32_t>();
+      end.draft = tokens_d_.get<int32_t>();
+      end.verdict = verdict_.device<int32_t>();
+    } else if (mode != StepMode::Logits) {
       end.next = tokens_d_.get<int32_t>();
       end.host = host_tokens_.device<int32_t>();
     }
@@ -706,7 +736,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool persistent_ = false;
   double step_ms_[2] = {0, 0};  // a timed single-token step: [0] kernel per op, [1] persistent
   DecodeAttention attention_;
-  PinnedBuffer host_tokens_, host_in_, host_logits_, host_hidden_;
+  PinnedBuffer host_tokens_, host_in_, host_logits_, host_hidden_, verdict_;
   int host_in_rows_ = 0, host_out_rows_ = 0;
   std::vector<float> hidden_;
   std::map<int, GraphExec> graphs_;

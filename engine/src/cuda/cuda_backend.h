@@ -29,7 +29,7 @@ class CudaBackend : public Backend {
   virtual int decode(int32_t first, int max_tokens, const SamplingParams& sampling,
                      const std::function<bool(int32_t)>& on_token) = 0;
 
-  // Its step part by part, for the bench's profiler (cuda_bench.cpp) and nothing else.
+  // Its step part by part, for the bench's profiler (engine/bench/backends/cuda_bench.cpp) and nothing else.
   virtual cuda::StepParts& step_parts() = 0;
 };
 

@@ -24,12 +24,18 @@ constexpr int kMaxVecTokens = 8;
 // go to out[t] and to host[*pos + 1 + t - (n_out - 1) ... ] (mapped host memory indexed by the
 // position the token will occupy), the last one becomes next[0] (the next step's input),
 // and *pos advances by `advance`. Null pointers skip their part.
+// A greedy verify step (draft set: the step's input tokens, all n with a row) keeps the
+// drafted tokens draft[1..] while each equals the argmax of the row before it: *pos advances
+// by 1 + accepted only, next[0] gets the argmax after the accepted ones, and verdict (mapped
+// host memory) gets {accepted, that token}.
 struct StepEnd {
   int* pos = nullptr;
   int advance = 0;
   int32_t* out = nullptr;
   int32_t* next = nullptr;
   int32_t* host = nullptr;
+  const int32_t* draft = nullptr;
+  int32_t* verdict = nullptr;
 };
 
 // embedding.cu — x[t, :] = embed[tokens[t], :]   embed: [V, H], x: [n, H]

@@ -1,6 +1,6 @@
 #pragma once
 // The parts of a CUDA backend's step, one at a time, for the bench's profiler
-// (cuda_bench.cpp): its stream and graphs, and each op of a decode or prefill step
+// (engine/bench/backends/cuda_bench.cpp): its stream and graphs, and each op of a decode or prefill step
 // enqueued alone. Nothing on the engine's own path goes through this interface.
 #include <cuda_runtime_api.h>
 

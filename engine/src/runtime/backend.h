@@ -22,6 +22,12 @@ struct BackendOptions {
   int context_length = 0;  // 0: min(model's max_position_embeddings, 4096)
 };
 
+// What a greedy verify kept: `accepted` drafted tokens, then the target's own `next`.
+struct GreedyVerdict {
+  int accepted = 0;
+  int32_t next = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -43,6 +49,18 @@ class Backend {
 
   // Rolls the KV cache back to its first n positions (n <= kv_len()).
   virtual void truncate(int n) = 0;
+
+  // Greedy verification of a draft, the step of greedy speculation: runs [pending, draft...]
+  // at the end of the cache, keeps the longest prefix of `draft` whose every token is the
+  // argmax of the row before it, and rolls the cache back past it, so the cache ends holding
+  // `pending` and the accepted drafts. `next` is the argmax after them (a correction, or the
+  // bonus token when all were accepted). An empty draft is a plain greedy step.
+  // This version runs forward() and picks on the host (hidden() then holds the rows of all
+  // the step's tokens); the CUDA backend picks, compares and rolls back on the device and
+  // only the verdict crosses to the host (its hidden() is not updated).
+  virtual GreedyVerdict verify_greedy(int32_t pending, std::span<const int32_t> draft);
+  // The widest step (1 + draft tokens) verify_greedy runs in one pass; 0: no limit.
+  virtual int max_verify_width() const { return 0; }
 
   // Greedy decoding in a loop of the backend's own that keeps each step's token where it was
   // computed (CUDA: on the device, read by the host a step late): feeds `first`, then each
@@ -77,7 +95,7 @@ struct BackendEntry {
   const char* name;
   bool (*usable)();  // the device it needs is present on this machine
   std::unique_ptr<Backend> (*make)(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options);
-  int (*bench)(int argc, char** argv);  // its own `runahead-engine bench`; null: runtime/bench.cpp's
+  int (*bench)(int argc, char** argv);  // its `runahead-engine bench` (engine/bench/backends/)
 };
 const std::vector<BackendEntry>& backend_entries();
 // The entry named `name`, or null when this build has none.

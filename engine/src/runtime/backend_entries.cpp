@@ -1,4 +1,5 @@
 #include "runtime/backend.h"
+#include "runtime/bench.h"
 
 namespace runahead {
 
@@ -8,7 +9,7 @@ extern const BackendEntry cuda_backend_entry;  // cuda/cuda_backend.cpp
 
 const std::vector<BackendEntry>& backend_entries() {
   static const std::vector<BackendEntry> entries = {
-      {"cpu", [] { return true; }, make_cpu_backend, nullptr},
+      {"cpu", [] { return true; }, make_cpu_backend, run_cpu_bench},
 #ifdef RUNAHEAD_CUDA
       cuda_backend_entry,
 #endif

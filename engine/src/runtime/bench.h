@@ -39,5 +39,9 @@ int bench_main(int argc, char** argv, const char* usage, Parse parse, Measure me
 // Prints a report (or one JSON object with --json) on stdout; returns the exit status:
 // 0, 2 for bad arguments, 1 when the model cannot be loaded or run.
 int run_bench(int argc, char** argv);
+extern const char* const kBenchUsage;
+
+// The CPU backend's bench (engine/bench/backends/cpu_bench.cpp), its BackendEntry::bench.
+int run_cpu_bench(int argc, char** argv);
 
 }  // namespace runahead

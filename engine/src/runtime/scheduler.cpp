@@ -51,9 +51,10 @@ CostTable measure_costs(Backend& target, int max_width, int reps) {
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919) % size_t(target.config().vocab_size));
   std::vector<float> logits;
   target.forward(std::span(tokens).first(size_t(context)), 1, logits);
+  // What a greedy step costs: a verify of w tokens (sampled steps add their logits' way to the host).
   auto time = [&](int w) {
     const auto start = Clock::now();
-    target.forward(std::span(tokens).subspan(size_t(context), size_t(w)), w, logits);
+    target.verify_greedy(tokens[size_t(context)], std::span(tokens).subspan(size_t(context) + 1, size_t(w - 1)));
     const double ms = ms_since(start);
     target.truncate(context);
     return ms;
@@ -226,17 +227,24 @@ SpecStep Speculator::plain_step(std::vector<int32_t>& cached, int32_t pending, S
                                 std::vector<float>& logits) {
   const int pos0 = target_.kv_len();
   const int32_t one[1] = {pending};
-  target_.forward(one, 1, logits);
+  int32_t next;
+  if (sampler.params().greedy()) {
+    next = target_.verify_greedy(pending, {}).next;  // the argmax where it was computed
+  } else {
+    target_.forward(one, 1, logits);
+    next = sampler.sample(logits);
+  }
   cached.push_back(pending);
   observed(pos0, one);
-  return {{sampler.sample(logits)}, 0, 0};
+  return {{next}, 0, 0};
 }
 
 SpecStep Speculator::step(std::vector<int32_t>& cached, int32_t pending, Sampler& sampler, int budget,
                           std::vector<float>& logits) {
   const int pos0 = target_.kv_len();
   // Drafts past what the request may still emit, or past the context, are wasted work.
-  const int k_max = std::min({options_.max_draft, budget - 1, target_.context_length() - pos0 - 1});
+  int k_max = std::min({options_.max_draft, budget - 1, target_.context_length() - pos0 - 1});
+  if (target_.max_verify_width() > 0) k_max = std::min(k_max, target_.max_verify_width() - 1);
   for (DrafterState& d : drafters_)
     for (auto& [bucket, a] : d.acceptance) a.hits *= kFade, a.trials *= kFade;
   if (drafters_.empty() || k_max <= 0) return plain_step(cached, pending, sampler, logits);
@@ -260,11 +268,17 @@ SpecStep Speculator::step(std::vector<int32_t>& cached, int32_t pending, Sampler
 
   input_.assign(1, pending);
   input_.insert(input_.end(), draft.tokens.begin(), draft.tokens.end());
-  target_.forward(input_, k + 1, logits);
-  const Verdict v = verify(draft, logits, target_.config().vocab_size, sampler);
-
+  Verdict v;
+  if (sampler.params().greedy()) {
+    // Compared and rolled back where the rows were computed (on the device for CUDA).
+    const GreedyVerdict g = target_.verify_greedy(pending, draft.tokens);
+    v = {g.accepted, g.next};
+  } else {
+    target_.forward(input_, k + 1, logits);
+    v = verify(draft, logits, target_.config().vocab_size, sampler);
+    target_.truncate(pos0 + 1 + v.accepted);
+  }
   const int keep = 1 + v.accepted;
-  target_.truncate(pos0 + keep);
   cached.insert(cached.end(), input_.begin(), input_.begin() + keep);
   std::span<const float> hidden;
   if (wants_hidden_) hidden = target_.hidden().first(size_t(keep) * size_t(target_.config().hidden_size));

@@ -6,7 +6,7 @@
 
 #include <unistd.h>
 
-#include "cpu/thread_pool.h"
+#include "runtime/cpus.h"
 #include "model/error.h"
 #include "model/gguf_weights.h"
 #include "model/quantize.h"
