@@ -1,8 +1,11 @@
 #pragma once
 // Test helper: a loaded model written as a GGUF file (test_gguf_writer.h) the way llama.cpp's
 // convert_hf_to_gguf.py writes it: llama.cpp's tensor names, norms and biases in F32, the
-// matrices in the asked type, a llama model's q/k rows permuted for GGML's RoPE. Names and
-// the permutation are spelled out here, not taken from the engine's reader.
+// matrices in the asked type, a llama model's q/k rows permuted for GGML's RoPE, its llama3
+// RoPE scaling as rope_freqs.weight. Names, the permutation and the frequency factors are
+// spelled out here, not taken from the engine's reader.
+#include <cmath>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -16,7 +19,7 @@ namespace runahead::test {
 
 // ggml type numbers.
 enum GgmlType : uint32_t {
-  kGgufF32 = 0, kGgufF16 = 1, kGgufQ4_0 = 2, kGgufQ5_0 = 6, kGgufQ8_0 = 8,
+  kGgufF32 = 0, kGgufF16 = 1, kGgufQ4_0 = 2, kGgufQ4_1 = 3, kGgufQ5_0 = 6, kGgufQ5_1 = 7, kGgufQ8_0 = 8,
   kGgufQ4_K = 12, kGgufQ5_K = 13, kGgufQ6_K = 14, kGgufBF16 = 30
 };
 
@@ -51,6 +54,29 @@ inline std::vector<float> llama_permute(const std::vector<float>& w, int64_t row
     std::copy_n(w.begin() + r * cols, cols, out.begin() + to * cols);
   }
   return out;
+}
+
+// convert_hf_to_gguf's LlamaModel.generate_extra_tensors for rope_type llama3: the factor
+// each RoPE frequency is divided by, computed in float32 as its torch tensors are.
+inline std::vector<float> llama3_rope_freqs(const ModelConfig& c) {
+  const RopeScaling& r = c.rope_scaling;
+  const float old_context_len = float(r.original_max_positions);
+  const float low_freq_wavelen = old_context_len / r.low_freq_factor;
+  const float high_freq_wavelen = old_context_len / r.high_freq_factor;
+  std::vector<float> rope_factors;
+  for (int i = 0; i < c.head_dim; i += 2) {
+    const float freq = 1.0f / std::pow(c.rope_theta, float(i) / float(c.head_dim));
+    const float wavelen = 2 * std::numbers::pi_v<float> / freq;
+    if (wavelen < high_freq_wavelen) {
+      rope_factors.push_back(1);
+    } else if (wavelen > low_freq_wavelen) {
+      rope_factors.push_back(r.factor);
+    } else {
+      const float smooth = (old_context_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      rope_factors.push_back(1 / ((1 - smooth) / r.factor + smooth));
+    }
+  }
+  return rope_factors;
 }
 
 // The GGUF of `w` with matrices in `type` (a matrix whose rows the type's block does not
@@ -98,6 +124,10 @@ inline std::string gguf_of_model(const ModelWeights& w, uint32_t type, uint32_t 
       const bool qk = arch == "llama" && (role == Role::Wq || role == Role::Wk || role == Role::Bq || role == Role::Bk);
       add("blk." + std::to_string(i) + "." + name, t, t.shape.size() == 2, qk ? c.head_dim : 0);
     }
+  if (c.rope_scaling.type == "llama3") {
+    const std::vector<float> f = llama3_rope_freqs(c);
+    g.tensor("rope_freqs.weight", kGgufF32, {f.size()}, gguf_encode(f, int64_t(f.size()), kGgufF32));
+  }
   add("output_norm.weight", w.final_norm, false);
   if (w.lm_head.data != w.embed.data) add("output.weight", w.lm_head, true);
   return g.bytes();

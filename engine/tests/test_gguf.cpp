@@ -17,7 +17,7 @@ using namespace runahead::test;
 
 namespace {
 
-constexpr uint32_t kQ4_0 = 2, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
+constexpr uint32_t kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ8_1 = 9, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
 
 // A parsed file with the bytes its views point into.
 struct Parsed {
@@ -169,12 +169,14 @@ TEST_CASE("gguf: tensor infos of every supported type, shapes outermost first, d
   w.tensor("q4_0", kQ4_0, {64, 2}, gguf_pattern(2 * 2 * 18, 7));
   w.tensor("q5_0", kQ5_0, {896, 1}, gguf_pattern(28 * 22, 8));  // Qwen2.5-0.5B's width: not whole Q4_K blocks
   w.tensor("q5_k", kQ5_K, {256, 3}, gguf_pattern(3 * 176, 9));
+  w.tensor("q4_1", kQ4_1, {64, 3}, gguf_pattern(3 * 2 * 20, 10));
+  w.tensor("q5_1", kQ5_1, {96, 1}, gguf_pattern(3 * 24, 11));
   const auto g = parse(w.bytes());
   CHECK(g->alignment() == 64);
   CHECK(g->data_offset() % 64 == 0);
-  REQUIRE(g->tensors().size() == 9);
+  REQUIRE(g->tensors().size() == 11);
   const auto* base = reinterpret_cast<const uint8_t*>(g.bytes->data());
-  for (size_t k = 0; k < 9; ++k) {
+  for (size_t k = 0; k < 11; ++k) {
     const GgufTensor& t = g->tensors()[k];
     CHECK(t.offset % 64 == 0);
     CHECK(t.nbytes == w.tensors[k].data.size());
@@ -192,6 +194,8 @@ TEST_CASE("gguf: tensor infos of every supported type, shapes outermost first, d
   CHECK(g->tensor("q4_0")->view("a").dtype == DType::Q4_0);
   CHECK(g->tensor("q5_0")->view("b").dtype == DType::Q5_0);
   CHECK(g->tensor("q5_k")->view("c").dtype == DType::Q5_K);
+  CHECK(g->tensor("q4_1")->view("d").dtype == DType::Q4_1);
+  CHECK(g->tensor("q5_1")->view("e").dtype == DType::Q5_1);
   CHECK_FALSE(g->tensor("q6_k")->dense_dtype());
   const Tensor dense = g->tensor("f32")->view("x");
   CHECK(dense.name == "x");
@@ -250,8 +254,8 @@ TEST_CASE("gguf: malformed files are model errors naming the key or tensor") {
   CHECK(contains(with([&](GgufWriter& w) { w.u32("qwen2.block_count", 3); }), "'qwen2.block_count' appears twice"));
   CHECK(contains(with([&](GgufWriter& w) { w.u32("general.alignment", 48); }), "general.alignment"));
   CHECK(contains(with([&](GgufWriter& w) { w.f32("general.alignment", 32); }), "general.alignment"));
-  CHECK(contains(with([&](GgufWriter& w) { w.tensors[2].type = kQ5_1; }),
-                 "tensor 'blk.0.attn_norm.weight' has type Q5_1 (7), which is not supported"));
+  CHECK(contains(with([&](GgufWriter& w) { w.tensors[2].type = kQ8_1; }),
+                 "tensor 'blk.0.attn_norm.weight' has type Q8_1 (9), which is not supported"));
   CHECK(contains(with([&](GgufWriter& w) { w.tensors[2].type = 1000; }), "type unknown (1000)"));
   CHECK(contains(with([&](GgufWriter& w) { w.tensors[2].dims = {0}; }), "'blk.0.attn_norm.weight' has dimensions"));
   CHECK(contains(with([&](GgufWriter& w) { w.tensors[2].dims = {1ull << 32, 1ull << 32}; }), "overflows"));
@@ -336,15 +340,41 @@ TEST_CASE("gguf: llama and qwen3 hyper-parameters, RoPE scaling and unknown arch
     CHECK(c.head_dim == 32);
     CHECK_FALSE(c.qkv_bias);
   }
-  SUBCASE("Llama 3 rope_freqs.weight") {
-    GgufWriter w = qwen2_file(false, "llama");
-    w.tensor("rope_freqs.weight", kGgmlF32, {8}, gguf_pattern(32));
-    const auto g = parse(w.bytes());
+  SUBCASE("Llama 3 rope_freqs.weight: the divisors of the RoPE frequencies") {
+    const std::vector<float> divisors = {1, 1, 1.5f, 2.75f, 8, 8, 8, 8};
+    auto with_freqs = [&](uint32_t type, std::vector<uint64_t> dims, std::vector<float> values) {
+      GgufWriter w = qwen2_file(false, "llama");
+      std::string bytes;
+      for (float v : values)  // an F16 file holds 1.0 in each: its type is refused before its values are read
+        type == kGgmlF32 ? GgufWriter::put<float>(bytes, v) : GgufWriter::put<uint16_t>(bytes, 0x3C00);
+      w.tensor("rope_freqs.weight", type, std::move(dims), bytes);
+      return parse(w.bytes());
+    };
+    const auto g = with_freqs(kGgmlF32, {8}, divisors);
     const GgufHyperParams h = gguf_hyper_params(*g);
     CHECK(h.rope_scaling.type == "llama3");
     CHECK(h.rope_scaling.freq_factors == g->tensor("rope_freqs.weight"));
-    CHECK_THROWS_WITH_AS(gguf_config(*g), doctest::Contains("rope_freqs.weight"), EngineError);
+    const ModelConfig c = gguf_config(*g);
+    CHECK(c.rope_scaling.type == "llama3");
+    CHECK(c.rope_scaling.freq_divisors == divisors);
     CHECK(gguf_weights(*g, h.config).size() == 3 + 2 * 9);
+    auto refusal_of = [](const Parsed& p) { return error_of([&] { gguf_config(*p); }); };
+    const EngineError f16 = refusal_of(with_freqs(kGgmlF16, {8}, divisors));
+    CHECK(f16.field == "rope_freqs.weight");
+    CHECK(contains(f16.what(), "tensor 'rope_freqs.weight' is F16 [8]"));
+    CHECK(f16.expected == "F32 [8]");
+    const EngineError shape = refusal_of(with_freqs(kGgmlF32, {16}, std::vector<float>(16, 1.0f)));
+    CHECK(shape.field == "rope_freqs.weight");
+    CHECK(contains(shape.what(), "is F32 [16]"));
+    std::vector<float> zero = divisors;
+    zero[5] = 0;
+    const EngineError bad = refusal_of(with_freqs(kGgmlF32, {8}, zero));
+    CHECK(bad.field == "rope_freqs.weight");
+    CHECK(contains(bad.what(), "element 5"));
+    GgufWriter linear = qwen2_file(false, "llama");
+    linear.str("llama.rope.scaling.type", "linear");
+    linear.tensor("rope_freqs.weight", kGgmlF32, {8}, std::string(32, '\0'));
+    CHECK(contains(refusal_of(parse(linear.bytes())).what(), "RoPE scaling 'linear'"));
   }
   SUBCASE("linear scaling keys") {
     GgufWriter w = qwen2_file();

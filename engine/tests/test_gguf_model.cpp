@@ -57,13 +57,14 @@ TEST_CASE("gguf model: the fixtures as F32, BF16 and Q8_0 files give the safeten
 
 // The reference is the embedded model's f32 widening: it ships in Q8_0, which f32 holds
 // exactly, so the Q8_0 file has the shipped blocks and the error is the int8 activations'.
-TEST_CASE("gguf model: the embedded model as Q8_0, Q4_K, Q5_K, Q6_K, Q4_0 and Q5_0 files: logits within each type's error, Q8_0's greedy tokens") {
+TEST_CASE("gguf model: the embedded model as Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, Q5_0, Q4_1 and Q5_1 files: logits within each type's error, Q8_0's greedy tokens") {
   struct Type {
     uint32_t type;
     const char* formats;  // rows of 384 (hidden) are not Q4_K/Q6_K blocks: those matrices fall back to
                           // Q8_0 as in llama.cpp; ffn_down (rows of 1024) takes the type
     double tolerance;     // measured 0.008 (Q8_0), 0.012 (Q6_K), 0.035 (Q4_K), 0.019 (Q5_K), 0.051 (Q5_0),
-                          // 0.114 (Q4_0), 0.057 (Q4_K over Q5_0, as a Q4_K_M file mixes them)
+                          // 0.114 (Q4_0), 0.057 (Q4_K over Q5_0, as a Q4_K_M file mixes them), 0.048 (Q5_1),
+                          // 0.091 (Q4_1)
     uint32_t fallback = kGgufQ8_0;
   };
   const auto base = std::make_shared<const ModelWeights>(with_dense_matrices(*load_shared(kEmbeddedModel), DType::F32));
@@ -71,7 +72,8 @@ TEST_CASE("gguf model: the embedded model as Q8_0, Q4_K, Q5_K, Q6_K, Q4_0 and Q5
   const auto reference = all_logits(base, prompt);
   for (const Type& t : {Type{kGgufQ8_0, "q8_0", 0.03}, Type{kGgufQ6_K, "q8_0+q6_k", 0.025}, Type{kGgufQ4_K, "q8_0+q4_k", 0.07},
                         Type{kGgufQ5_K, "q8_0+q5_k", 0.04}, Type{kGgufQ5_0, "q5_0", 0.1}, Type{kGgufQ4_0, "q4_0", 0.22},
-                        Type{kGgufQ4_K, "q5_0+q4_k", 0.11, kGgufQ5_0}}) {
+                        Type{kGgufQ4_K, "q5_0+q4_k", 0.11, kGgufQ5_0}, Type{kGgufQ5_1, "q5_1", 0.1},
+                        Type{kGgufQ4_1, "q4_1", 0.18}}) {
     INFO(t.formats);
     TempDir dir;
     const auto g = via_gguf(dir, *base, t.type, t.fallback);
@@ -87,6 +89,27 @@ TEST_CASE("gguf model: the embedded model as Q8_0, Q4_K, Q5_K, Q6_K, Q4_0 and Q5
       CHECK(first(greedy_tokens(g, p, 32), decided.size()) == decided);
     }
   }
+}
+
+TEST_CASE("gguf model: Llama 3.1's rope_freqs.weight gives the logits of config.json's llama3 RoPE scaling") {
+  const auto base = load_shared(kFixtureModels / "llama3-scaled-f32");
+  REQUIRE(base->config.rope_scaling.type == "llama3");
+  TempDir dir;
+  const auto g = via_gguf(dir, *base, kGgufF32);
+  CHECK(g->config.rope_scaling.type == "llama3");
+  CHECK(g->config.rope_scaling.freq_divisors.size() == size_t(base->config.head_dim / 2));
+  const auto tokens = sample_tokens(60, base->config.vocab_size);
+  const auto reference = all_logits(base, tokens);
+  const double err = relative_rms(reference, all_logits(g, tokens));
+  MESSAGE("llama3-scaled-f32 with rope_freqs.weight: relative rms error " << err);
+  CHECK(err <= 1e-5);
+  // The same file without rope_freqs.weight runs plain RoPE: the test sees the scaling.
+  ModelWeights plain = *base;
+  plain.config.rope_scaling = {};
+  TempDir plain_dir;
+  const double unscaled = relative_rms(reference, all_logits(via_gguf(plain_dir, plain, kGgufF32), tokens));
+  MESSAGE("without rope_freqs.weight: relative rms error " << unscaled);
+  CHECK(unscaled > 1e-3);
 }
 
 TEST_CASE("gguf model: a draft model may be a .gguf file of the target's vocabulary") {

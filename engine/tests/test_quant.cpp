@@ -14,8 +14,8 @@ using namespace runahead;
 
 namespace {
 
-constexpr QuantType kTypes[] = {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K,
-                                 QuantType::Q4_0, QuantType::Q5_0, QuantType::Q5_K};
+constexpr QuantType kTypes[] = {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K, QuantType::Q4_0,
+                                 QuantType::Q5_0, QuantType::Q5_K, QuantType::Q4_1, QuantType::Q5_1};
 
 // Weights like a trained layer's: mostly Gaussian, a few outliers, some all-zero blocks.
 std::vector<float> weights(int64_t n, uint64_t seed) {
@@ -55,6 +55,8 @@ float step_of(QuantType t, const uint8_t* row, int64_t i) {
     }
     case QuantType::Q4_0: return f16_to_f32(reinterpret_cast<const BlockQ4_0*>(row)[i / 32].d);
     case QuantType::Q5_0: return f16_to_f32(reinterpret_cast<const BlockQ5_0*>(row)[i / 32].d);
+    case QuantType::Q4_1: return f16_to_f32(reinterpret_cast<const BlockQ4_1*>(row)[i / 32].d);
+    case QuantType::Q5_1: return f16_to_f32(reinterpret_cast<const BlockQ5_1*>(row)[i / 32].d);
     case QuantType::Q5_K: {
       const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(row)[i / 256];
       uint8_t sc, m;
@@ -74,14 +76,19 @@ TEST_CASE("quant: block sizes are llama.cpp's") {
   CHECK(quant_format(QuantType::Q4_0).block_bytes == 18);
   CHECK(quant_format(QuantType::Q5_0).block_bytes == 22);
   CHECK(quant_format(QuantType::Q5_K).block_bytes == 176);
+  CHECK(quant_format(QuantType::Q4_1).block_bytes == 20);
+  CHECK(quant_format(QuantType::Q5_1).block_bytes == 24);
+  CHECK(quant_row_bytes(QuantType::Q5_1, 896) == 28 * 24);
   CHECK(quant_row_bytes(QuantType::Q5_0, 896) == 28 * 22);
   CHECK(*quant_type_of_ggml(2) == QuantType::Q4_0);
   CHECK(*quant_type_of_ggml(6) == QuantType::Q5_0);
   CHECK(*quant_type_of_ggml(13) == QuantType::Q5_K);
+  CHECK(*quant_type_of_ggml(3) == QuantType::Q4_1);
+  CHECK(*quant_type_of_ggml(7) == QuantType::Q5_1);
   CHECK(quant_row_bytes(QuantType::Q4_K, 4864) == 19 * 144);
   CHECK(*quant_type_of_ggml(12) == QuantType::Q4_K);
   CHECK(*quant_type_named("q6_k") == QuantType::Q6_K);
-  CHECK_FALSE(quant_type_of_ggml(3));  // Q4_1
+  CHECK_FALSE(quant_type_of_ggml(9));  // Q8_1
 }
 
 TEST_CASE("quant: hand-made blocks dequantize as ggml-quants.c defines them") {
@@ -133,7 +140,7 @@ TEST_CASE("quant: hand-made blocks dequantize as ggml-quants.c defines them") {
     dequantize_row(QuantType::Q6_K, reinterpret_cast<const uint8_t*>(&b), 256, out.data());
     for (int i = 0; i < 256; ++i) CHECK(out[i] == 0.25f * float(b.scales[i / 16]) * float(i % 64 - 32));
   }
-  // Q4_0/Q5_0/Q5_K are checked against llama.cpp's dequantize_row_q* loops, written as there.
+  // Q4_0/Q5_0/Q4_1/Q5_1/Q5_K are checked against llama.cpp's dequantize_row_q* loops, written as there.
   SUBCASE("Q4_0 and Q5_0: byte j holds weights j (low nibble) and j + 16 (high); qh bit i is weight i's fifth bit") {
     BlockQ5_0 b5{};
     BlockQ4_0 b4{};
@@ -150,6 +157,28 @@ TEST_CASE("quant: hand-made blocks dequantize as ggml-quants.c defines them") {
       const int xh_0 = int(((qh >> j) << 4) & 0x10), xh_1 = int((qh >> (j + 12)) & 0x10);
       CHECK(out5[j] == 0.5f * float(((b5.qs[j] & 0x0F) | xh_0) - 16));
       CHECK(out5[j + 16] == 0.5f * float(((b5.qs[j] >> 4) | xh_1) - 16));
+    }
+  }
+  SUBCASE("Q4_1 and Q5_1: Q4_0's and Q5_0's bits, w = d q + m") {
+    BlockQ5_1 b5{};
+    BlockQ4_1 b4{};
+    b4.d = b5.d = f32_to_f16(0.3f);
+    b4.m = b5.m = f32_to_f16(-3.25f);
+    const uint32_t qh = 0x5A3CF00Fu;
+    std::memcpy(b5.qh, &qh, 4);
+    for (int j = 0; j < 16; ++j) b4.qs[j] = b5.qs[j] = uint8_t((3 * j + 1) % 16 | (15 - j) << 4);
+    float out4[32], out5[32];
+    dequantize_row(QuantType::Q4_1, reinterpret_cast<const uint8_t*>(&b4), 32, out4);
+    dequantize_row(QuantType::Q5_1, reinterpret_cast<const uint8_t*>(&b5), 32, out5);
+    const float d = f16_to_f32(b4.d), m = f16_to_f32(b4.m);
+    for (int j = 0; j < 16; ++j) {
+      const int x0 = b4.qs[j] & 0x0F, x1 = b4.qs[j] >> 4;
+      CHECK(out4[j] == x0 * d + m);
+      CHECK(out4[j + 16] == x1 * d + m);
+      const uint8_t xh_0 = uint8_t(((qh >> (j + 0)) << 4) & 0x10), xh_1 = uint8_t((qh >> (j + 12)) & 0x10);
+      const int y0 = (b5.qs[j] & 0x0F) | xh_0, y1 = (b5.qs[j] >> 4) | xh_1;
+      CHECK(out5[j] == y0 * d + m);
+      CHECK(out5[j + 16] == y1 * d + m);
     }
   }
   SUBCASE("Q5_K: Q4_K's scales and nibbles, bit j of qh[l] the fifth bit of sub-block j") {
@@ -185,7 +214,7 @@ TEST_CASE("quant: round trip error is at most half a step, and small relative to
   const std::vector<float> w = weights(rows * cols, 1);
   // Relative RMS error bounds of each format on Gaussian weights (4-bit ~ 1/15 of the
   // range per step; 6-bit ~ 1/63; 8-bit ~ 1/255).
-  const double rms_bound[] = {0.01, 0.12, 0.035, 0.17, 0.08, 0.06};  // kTypes' order
+  const double rms_bound[] = {0.01, 0.12, 0.035, 0.17, 0.08, 0.06, 0.11, 0.055};  // kTypes' order
   for (QuantType t : kTypes) {
     INFO(std::string(quant_format(t).name));
     const auto q = quantize(t, w, rows, cols);

@@ -17,6 +17,14 @@ uint16_t f16_at_least(float v) {
   return h;
 }
 
+// The largest f16 <= v (v finite): a minimum rounded down never leaves a value below the range.
+uint16_t f16_at_most(float v) {
+  if (v <= 0) return uint16_t(f16_at_least(-v) ^ 0x8000);  // the sign bit negates
+  uint16_t h = f32_to_f16(v);
+  if (f16_to_f32(h) > v) --h;
+  return h;
+}
+
 void dequantize_q8_0(const BlockQ8_0* b, int64_t blocks, float* out) {
   for (int64_t k = 0; k < blocks; ++k, out += 32) {
     const float d = f16_to_f32(b[k].d);
@@ -59,27 +67,18 @@ void dequantize_q6_k(const BlockQ6_K* b, int64_t blocks, float* out) {
   }
 }
 
-// The 4-bit halves of a Q4_0/Q5_0 block: weight l in byte l's low nibble, l + 16 in its high.
-int q4_0_low(const uint8_t* qs, int l) { return l < 16 ? qs[l] & 0xF : qs[l - 16] >> 4; }
-
-uint32_t q5_0_high_bits(const BlockQ5_0& b) {
-  uint32_t qh;
-  std::memcpy(&qh, b.qh, 4);
-  return qh;
-}
-
-void dequantize_q4_0(const BlockQ4_0* b, int64_t blocks, float* out) {
+// Q4_0/Q5_0: w = d (q - half); Q4_1/Q5_1: w = d q + m.
+template <class Block>
+void dequantize_32(const Block* b, int64_t blocks, float* out) {
+  constexpr int kHalf = kHasFifthBit<Block> ? 16 : 8;
   for (int64_t k = 0; k < blocks; ++k, out += 32) {
     const float d = f16_to_f32(b[k].d);
-    for (int l = 0; l < 32; ++l) out[l] = d * float(q4_0_low(b[k].qs, l) - 8);
-  }
-}
-
-void dequantize_q5_0(const BlockQ5_0* b, int64_t blocks, float* out) {
-  for (int64_t k = 0; k < blocks; ++k, out += 32) {
-    const float d = f16_to_f32(b[k].d);
-    const uint32_t qh = q5_0_high_bits(b[k]);
-    for (int l = 0; l < 32; ++l) out[l] = d * float((q4_0_low(b[k].qs, l) | int((qh >> l) & 1) << 4) - 16);
+    for (int l = 0; l < 32; ++l) {
+      if constexpr (kHasMin<Block>)
+        out[l] = d * float(q_of_32(b[k], l)) + f16_to_f32(b[k].m);
+      else
+        out[l] = d * float(q_of_32(b[k], l) - kHalf);
+    }
   }
 }
 
@@ -98,31 +97,41 @@ void quantize_q8_0(const float* x, int64_t blocks, BlockQ8_0* b) {
 }
 
 // Q4_0/Q5_0: d rounded up so that every weight is within [-half d, (half - 1) d]; q in
-// [0, 2 half) with w = d (q - half). Returns d.
-float quantize_symmetric32(const float* x, int half, uint16_t& d_f16, uint8_t q[32]) {
+// [0, 2 half) with w = d (q - half).
+void quantize_symmetric32(const float* x, int half, uint16_t& d_f16, uint8_t q[32]) {
   float amax = 0;
   for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(x[l]));
   d_f16 = f16_at_least(amax / float(half - 1));
   const float d = f16_to_f32(d_f16);
   for (int l = 0; l < 32; ++l) q[l] = uint8_t(d ? std::clamp(std::lrint(x[l] / d), long(-half), long(half - 1)) + half : half);
-  return d;
 }
 
-void quantize_q4_0(const float* x, int64_t blocks, BlockQ4_0* b) {
-  for (int64_t k = 0; k < blocks; ++k, x += 32) {
-    uint8_t q[32];
-    quantize_symmetric32(x, 8, b[k].d, q);
-    for (int l = 0; l < 16; ++l) b[k].qs[l] = uint8_t(q[l] | q[l + 16] << 4);
-  }
+// Q4_1/Q5_1: m the block's minimum rounded down, d rounded up so that m + qmax d reaches its
+// maximum; q in [0, qmax] with w = d q + m.
+void quantize_affine32(const float* x, int qmax, uint16_t& d_f16, uint16_t& m_f16, uint8_t q[32]) {
+  const auto [lo, hi] = std::minmax_element(x, x + 32);
+  m_f16 = f16_at_most(*lo);
+  const float m = f16_to_f32(m_f16);
+  d_f16 = f16_at_least((*hi - m) / float(qmax));
+  const float d = f16_to_f32(d_f16);
+  for (int l = 0; l < 32; ++l) q[l] = uint8_t(d ? std::clamp(std::lrint((x[l] - m) / d), 0L, long(qmax)) : 0);
 }
 
-void quantize_q5_0(const float* x, int64_t blocks, BlockQ5_0* b) {
+// Q4_0/Q5_0/Q4_1/Q5_1, packed as q_of_32 reads them.
+template <class Block>
+void quantize_32(const float* x, int64_t blocks, Block* b) {
+  constexpr int kBits = kHasFifthBit<Block> ? 5 : 4;
   for (int64_t k = 0; k < blocks; ++k, x += 32) {
     uint8_t q[32];
-    quantize_symmetric32(x, 16, b[k].d, q);
-    uint32_t qh = 0;
-    for (int l = 0; l < 32; ++l) qh |= uint32_t(q[l] >> 4) << l;
-    std::memcpy(b[k].qh, &qh, 4);
+    if constexpr (kHasMin<Block>)
+      quantize_affine32(x, (1 << kBits) - 1, b[k].d, b[k].m, q);
+    else
+      quantize_symmetric32(x, 1 << (kBits - 1), b[k].d, q);
+    if constexpr (kHasFifthBit<Block>) {
+      uint32_t qh = 0;
+      for (int l = 0; l < 32; ++l) qh |= uint32_t(q[l] >> 4) << l;
+      std::memcpy(b[k].qh, &qh, 4);
+    }
     for (int l = 0; l < 16; ++l) b[k].qs[l] = uint8_t((q[l] & 0xF) | (q[l + 16] & 0xF) << 4);
   }
 }
@@ -221,9 +230,11 @@ void dequantize_row(QuantType t, const uint8_t* row, int64_t cols, float* out) {
     case QuantType::Q8_0: return dequantize_q8_0(reinterpret_cast<const BlockQ8_0*>(row), blocks, out);
     case QuantType::Q4_K: return dequantize_q4_k(reinterpret_cast<const BlockQ4_K*>(row), blocks, out);
     case QuantType::Q6_K: return dequantize_q6_k(reinterpret_cast<const BlockQ6_K*>(row), blocks, out);
-    case QuantType::Q4_0: return dequantize_q4_0(reinterpret_cast<const BlockQ4_0*>(row), blocks, out);
-    case QuantType::Q5_0: return dequantize_q5_0(reinterpret_cast<const BlockQ5_0*>(row), blocks, out);
+    case QuantType::Q4_0: return dequantize_32(reinterpret_cast<const BlockQ4_0*>(row), blocks, out);
+    case QuantType::Q5_0: return dequantize_32(reinterpret_cast<const BlockQ5_0*>(row), blocks, out);
     case QuantType::Q5_K: return dequantize_q5_k(reinterpret_cast<const BlockQ5_K*>(row), blocks, out);
+    case QuantType::Q4_1: return dequantize_32(reinterpret_cast<const BlockQ4_1*>(row), blocks, out);
+    case QuantType::Q5_1: return dequantize_32(reinterpret_cast<const BlockQ5_1*>(row), blocks, out);
   }
 }
 
@@ -233,9 +244,11 @@ void quantize_row(QuantType t, const float* x, int64_t cols, uint8_t* row) {
     case QuantType::Q8_0: return quantize_q8_0(x, blocks, reinterpret_cast<BlockQ8_0*>(row));
     case QuantType::Q4_K: return quantize_q4_k(x, blocks, reinterpret_cast<BlockQ4_K*>(row));
     case QuantType::Q6_K: return quantize_q6_k(x, blocks, reinterpret_cast<BlockQ6_K*>(row));
-    case QuantType::Q4_0: return quantize_q4_0(x, blocks, reinterpret_cast<BlockQ4_0*>(row));
-    case QuantType::Q5_0: return quantize_q5_0(x, blocks, reinterpret_cast<BlockQ5_0*>(row));
+    case QuantType::Q4_0: return quantize_32(x, blocks, reinterpret_cast<BlockQ4_0*>(row));
+    case QuantType::Q5_0: return quantize_32(x, blocks, reinterpret_cast<BlockQ5_0*>(row));
     case QuantType::Q5_K: return quantize_q5_k(x, blocks, reinterpret_cast<BlockQ5_K*>(row));
+    case QuantType::Q4_1: return quantize_32(x, blocks, reinterpret_cast<BlockQ4_1*>(row));
+    case QuantType::Q5_1: return quantize_32(x, blocks, reinterpret_cast<BlockQ5_1*>(row));
   }
 }
 

@@ -12,14 +12,18 @@
 //         (as Q4_0);                                           w = d * (q - 16)
 //   Q5_K: 256 weights = Q4_K's d, dmin, scales, then 32 bytes of high bits (bit j of byte l:
 //         sub-block j), 128 bytes of low 4 bits (as Q4_K);     w = d * sc_j * q - dmin * m_j
+//   Q4_1: 32 weights = f16 d, f16 m, 16 bytes of 4-bit q (as Q4_0);      w = d * q + m
+//   Q5_1: 32 weights = f16 d, f16 m, 32 bits of high bits and 16 bytes of low 4 bits (as
+//         Q5_0);                                                         w = d * q + m
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string_view>
 
 namespace runahead {
 
-enum class QuantType : uint8_t { Q8_0, Q4_K, Q6_K, Q4_0, Q5_0, Q5_K };
+enum class QuantType : uint8_t { Q8_0, Q4_K, Q6_K, Q4_0, Q5_0, Q5_K, Q4_1, Q5_1 };
 
 struct QuantFormat {
   QuantType type;
@@ -36,6 +40,8 @@ inline constexpr QuantFormat kQuantFormats[] = {
     {QuantType::Q4_0, "q4_0", 2, 32, 18},
     {QuantType::Q5_0, "q5_0", 6, 32, 22},
     {QuantType::Q5_K, "q5_k", 13, 256, 176},
+    {QuantType::Q4_1, "q4_1", 3, 32, 20},
+    {QuantType::Q5_1, "q5_1", 7, 32, 24},
 };
 
 constexpr const QuantFormat& quant_format(QuantType t) { return kQuantFormats[static_cast<int>(t)]; }
@@ -82,6 +88,17 @@ struct BlockQ5_0 {
   uint8_t qh[4];  // a little-endian uint32: bit i is weight i's fifth bit
   uint8_t qs[16];
 };
+struct BlockQ4_1 {
+  uint16_t d;  // f16
+  uint16_t m;  // f16: the block's minimum, added to every weight
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {
+  uint16_t d;     // f16
+  uint16_t m;     // f16
+  uint8_t qh[4];  // as Q5_0's
+  uint8_t qs[16];
+};
 struct BlockQ5_K {
   uint16_t d;
   uint16_t dmin;
@@ -91,6 +108,27 @@ struct BlockQ5_K {
 };
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_1) == 24);
+
+// The 32-weight blocks of 4 or 5 bits (Q4_0, Q5_0, Q4_1, Q5_1): whether a block has a fifth
+// bit (qh) and a minimum (m, the _1 types; the _0 types centre q on half its range instead).
+template <class Block>
+constexpr bool kHasFifthBit = requires(const Block& b) { b.qh; };
+template <class Block>
+constexpr bool kHasMin = requires(const Block& b) { b.m; };
+
+// The 4- or 5-bit q of weight l of a 32-weight block: weight l in byte l's low nibble, l + 16
+// in its high; the fifth bit (Q5_0/Q5_1) is bit l of qh.
+template <class Block>
+int q_of_32(const Block& b, int l) {
+  const int low = l < 16 ? b.qs[l] & 0xF : b.qs[l - 16] >> 4;
+  if constexpr (kHasFifthBit<Block>) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    return low | int((qh >> l) & 1) << 4;
+  }
+  return low;
+}
 
 // Sub-block j's 6-bit scale and min of a Q4_K block: j < 4 in the low 6 bits of bytes j and
 // j + 4; j >= 4 split between the low/high nibble of byte j + 4 and the top 2 bits of the others.

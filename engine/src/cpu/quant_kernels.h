@@ -37,6 +37,8 @@ struct QuantKernels {
   QuantMatvecRowsFn q4_0;
   QuantMatvecRowsFn q5_0;
   QuantMatvecRowsFn q5_k;
+  QuantMatvecRowsFn q4_1;
+  QuantMatvecRowsFn q5_1;
 
   QuantMatvecRowsFn rows(QuantType t) const {
     switch (t) {
@@ -46,6 +48,8 @@ struct QuantKernels {
       case QuantType::Q4_0: return q4_0;
       case QuantType::Q5_0: return q5_0;
       case QuantType::Q5_K: return q5_k;
+      case QuantType::Q4_1: return q4_1;
+      case QuantType::Q5_1: return q5_1;
     }
     return q8_0;
   }

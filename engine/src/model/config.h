@@ -13,11 +13,13 @@ inline constexpr int kMinPositionEmbeddings = 64;
 
 // RoPE frequency scaling. "default": none. "llama3" (Llama 3.1+): frequencies below
 // original_max_positions / low_freq_factor are divided by factor, those above
-// original_max_positions / high_freq_factor kept, and the ones between blended.
+// original_max_positions / high_freq_factor kept, and the ones between blended; a GGUF file
+// states the result instead, as one divisor per frequency (freq_divisors).
 struct RopeScaling {
   std::string type = "default";
   float factor = 1.0f, low_freq_factor = 1.0f, high_freq_factor = 4.0f;
   int original_max_positions = 8192;
+  std::vector<float> freq_divisors;  // [head_dim / 2] or empty: inv_freq[i] / freq_divisors[i]
 };
 
 struct ModelConfig {

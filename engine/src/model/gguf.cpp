@@ -167,6 +167,12 @@ const char* ggml_type_name(uint32_t type) {
   return type < std::size(names) ? names[type] : "unknown";
 }
 
+std::string readable_ggml_types() {
+  std::string names = "F32, F16, BF16";
+  for (const QuantFormat& f : kQuantFormats) names += std::string(", ") + ggml_type_name(f.ggml_id);
+  return names;
+}
+
 bool GgufValue::is_integer() const {
   return scalar_size(type) && !is_float();
 }
@@ -186,7 +192,7 @@ Tensor GgufTensor::view(const std::string& as) const {
   if (const auto dtype = dense_dtype()) return Tensor{as, *dtype, shape, data};
   if (const auto quant = quant_type()) return Tensor{as, dtype_of(*quant), shape, data};
   throw EngineError("model_error", "tensor '" + name + "' is " + ggml_type_name(type) + ", which the engine cannot read",
-                    {}, name, "F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K or Q6_K");
+                    {}, name, "one of " + readable_ggml_types());
 }
 
 // The whole file, mapped read-only and guarded like the safetensors mappings: a file
@@ -306,7 +312,7 @@ void GgufFile::parse_all(const uint8_t* bytes, size_t size) {
     const auto quant = t.quant_type();
     if (!t.dense_dtype() && !quant)
       bad("has type " + std::string(ggml_type_name(t.type)) + " (" + std::to_string(t.type) + "), which is not supported",
-          "one of F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K");
+          "one of " + readable_ggml_types());
     const uint64_t block = quant ? quant_format(*quant).block_elems : 1;
     const uint64_t block_bytes = quant ? quant_format(*quant).block_bytes : dtype_size(*t.dense_dtype());
     if (dims[0] % block != 0)

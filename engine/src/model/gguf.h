@@ -29,6 +29,7 @@ const char* gguf_value_type_name(GgufValueType t);  // "uint32", "string", "arra
 // ggml's tensor type numbers that the engine reads; any other is refused by name.
 inline constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlBF16 = 30;
 const char* ggml_type_name(uint32_t type);  // "Q4_K", "IQ2_XS", ... or "unknown"
+std::string readable_ggml_types();          // "F32, F16, BF16, Q8_0, ...": every type the engine reads
 
 // One metadata value. Scalars are held decoded; strings and arrays point into the file
 // (already bounds-checked) and are decoded by GgufFile's accessors.
@@ -56,7 +57,7 @@ struct GgufTensor {
 
   // F32/F16/BF16 as the engine's dense DType; nullopt for a block format.
   std::optional<DType> dense_dtype() const;
-  // Q8_0/Q4_0/Q5_0/Q4_K/Q5_K/Q6_K; nullopt for a dense type.
+  // A block format of cpu/quant_format.h (Q8_0, Q4_K, ...); nullopt for a dense type.
   std::optional<QuantType> quant_type() const;
   // The view (data, storage format, shape) under `name`: a dense dtype or a block format.
   Tensor view(const std::string& name) const;

@@ -1,5 +1,7 @@
 #include "model/gguf_model.h"
 
+#include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "model/model_error.h"
@@ -135,10 +137,22 @@ GgufHyperParams gguf_hyper_params(const GgufFile& g) {
 
 ModelConfig gguf_config(const GgufFile& g) {
   GgufHyperParams h = gguf_hyper_params(g);
-  if (h.rope_scaling.type != "none") {
-    const std::string field = h.rope_scaling.freq_factors ? "rope_freqs.weight" : "rope.scaling.type";
-    g.fail(field, "uses RoPE scaling '" + h.rope_scaling.type + "' (" + field + "), which is not supported yet",
-           "plain RoPE (no rope.scaling.type other than none, no rope_freqs.weight)");
+  const GgufRopeScaling& rs = h.rope_scaling;
+  if (rs.type == "llama3" && rs.freq_factors) {
+    const GgufTensor& f = *rs.freq_factors;  // F32 [head_dim / 2], checked by gguf_hyper_params
+    std::vector<float> divisors(size_t(f.shape[0]));
+    std::memcpy(divisors.data(), f.data, divisors.size() * sizeof(float));
+    for (size_t i = 0; i < divisors.size(); ++i)
+      if (!(std::isfinite(divisors[i]) && divisors[i] > 0))
+        g.fail(f.name,
+               "tensor 'rope_freqs.weight' has element " + std::to_string(i) + " = " + std::to_string(divisors[i]),
+               "positive finite divisors of the RoPE frequencies");
+    h.config.rope_scaling.type = "llama3";
+    h.config.rope_scaling.freq_divisors = std::move(divisors);
+  } else if (rs.type != "none") {
+    const std::string field = rs.freq_factors ? "rope_freqs.weight" : "rope.scaling.type";
+    g.fail(field, "uses RoPE scaling '" + rs.type + "' (" + field + "), which is not supported yet",
+           "plain RoPE, or Llama 3's rope_freqs.weight without another rope.scaling.type");
   }
   return h.config;
 }

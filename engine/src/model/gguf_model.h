@@ -38,8 +38,9 @@ struct GgufWeight {
 
 // Every key read is named in errors. Throws model_error for an unsupported architecture.
 GgufHyperParams gguf_hyper_params(const GgufFile& g);
-// As gguf_hyper_params, and refuses RoPE scaling (the engine runs plain RoPE; config.json's
-// parse_config refuses a scaled rope_type the same way).
+// As gguf_hyper_params, with rope_freqs.weight's divisors as the config's llama3 RoPE
+// scaling; refuses any other RoPE scaling (config.json's parse_config refuses a scaled
+// rope_type other than llama3 the same way).
 ModelConfig gguf_config(const GgufFile& g);
 
 // The Hugging Face name of a GGUF tensor name ("blk.3.ffn_down.weight" ->

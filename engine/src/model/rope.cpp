@@ -10,7 +10,9 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   std::vector<float> f(half);
   for (int i = 0; i < half; ++i) f[i] = 1.0f / std::pow(c.rope_theta, float(2 * i) / float(c.head_dim));
   const RopeScaling& r = c.rope_scaling;
-  if (r.type == "llama3") {  // transformers' _compute_llama3_parameters
+  if (!r.freq_divisors.empty()) {  // llama.cpp's rope_freqs: theta / freq_factors[i]
+    for (int i = 0; i < half; ++i) f[i] /= r.freq_divisors[i];
+  } else if (r.type == "llama3") {  // transformers' _compute_llama3_parameters
     const float old_len = float(r.original_max_positions);
     const float low_wavelen = old_len / r.low_freq_factor, high_wavelen = old_len / r.high_freq_factor;
     for (float& inv : f) {

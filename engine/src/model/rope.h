@@ -7,7 +7,8 @@
 
 namespace runahead {
 
-// inv_freq[i] = theta^(-2i/d), then RopeScaling, in f32 as transformers computes them.
+// inv_freq[i] = theta^(-2i/d), then RopeScaling (its freq_divisors when set, else its
+// formula), in f32 as transformers computes them.
 std::vector<float> rope_inv_freq(const ModelConfig& c);
 
 // cos/sin of the angle of dimension i at position p, [positions, head_dim / 2]. The angle is

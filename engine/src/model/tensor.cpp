@@ -13,7 +13,9 @@ size_t dtype_size(DType t) {
     case DType::Q6_K:
     case DType::Q4_0:
     case DType::Q5_0:
-    case DType::Q5_K: return 0;
+    case DType::Q5_K:
+    case DType::Q4_1:
+    case DType::Q5_1: return 0;
   }
   return 0;
 }
@@ -30,6 +32,8 @@ const char* dtype_name(DType t) {
     case DType::Q4_0: return "Q4_0";
     case DType::Q5_0: return "Q5_0";
     case DType::Q5_K: return "Q5_K";
+    case DType::Q4_1: return "Q4_1";
+    case DType::Q5_1: return "Q5_1";
   }
   return "?";
 }
@@ -42,6 +46,8 @@ std::optional<QuantType> quant_type_of(DType t) {
     case DType::Q4_0: return QuantType::Q4_0;
     case DType::Q5_0: return QuantType::Q5_0;
     case DType::Q5_K: return QuantType::Q5_K;
+    case DType::Q4_1: return QuantType::Q4_1;
+    case DType::Q5_1: return QuantType::Q5_1;
     default: return std::nullopt;
   }
 }
@@ -56,6 +62,8 @@ DType dtype_of(QuantType t) {
     case QuantType::Q4_0: return DType::Q4_0;
     case QuantType::Q5_0: return DType::Q5_0;
     case QuantType::Q5_K: return DType::Q5_K;
+    case QuantType::Q4_1: return DType::Q4_1;
+    case QuantType::Q5_1: return DType::Q5_1;
   }
   return DType::Q8_0;
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "cpu/quant_format.h"
 #include "model/config.h"
 #include "protocol/requests.h"
 #include "runtime/session.h"
@@ -15,6 +16,13 @@ namespace {
 // Three decimals are enough for ms and keep the lines short.
 double rounded(double ms) { return std::round(ms * 1000.0) / 1000.0; }
 
+// The weight storage types the engine reads: the dense ones and every block format.
+nlohmann::json readable_dtypes() {
+  nlohmann::json names = {"bf16", "f16", "f32"};
+  for (const QuantFormat& f : kQuantFormats) names.push_back(f.name);
+  return names;
+}
+
 }  // namespace
 
 nlohmann::json hello_message() {
@@ -24,7 +32,7 @@ nlohmann::json hello_message() {
           {"capabilities",
            {{"backends", built_backends()},
             {"architectures", supported_architectures()},
-            {"dtypes", {"bf16", "f16", "f32", "q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k"}},
+            {"dtypes", readable_dtypes()},
             {"model_files", {"folder", "gguf"}},
             {"weights", weight_options()},
             {"sampling", {"greedy", "temperature", "top_k", "top_p", "seed"}},

@@ -32,7 +32,7 @@ export function writeRandomGguf(out: string, shape: string, quant: RandomQuant, 
   if (!c) throw new Error(`unknown shape '${shape}'; expected one of ${Object.keys(RANDOM_GGUF_SHAPES).join(', ')}`);
   const H = c.hidden_size, I = c.intermediate_size, L = c.num_hidden_layers, hd = H / c.num_attention_heads, kv = c.num_key_value_heads! * hd;
   if (quant === 'q4_k_m' && (H % 256 || I % 256)) {
-    throw new Error(`${shape}: rows of ${H} and ${I} weights are not all whole Q4_K/Q6_K blocks of 256 (llama.cpp falls back to Q5_0 for those, which Runahead does not read); use a shape whose widths are multiples of 256`);
+    throw new Error(`${shape}: rows of ${H} and ${I} weights are not all whole Q4_K/Q6_K blocks of 256 (llama.cpp falls back to Q5_0 for those, which this writer does not write); use a shape whose widths are multiples of 256`);
   }
   const low: GgmlType = quant === 'q8_0' ? 'Q8_0' : 'Q4_K';
   const high: GgmlType = quant === 'q8_0' ? 'Q8_0' : 'Q6_K';

@@ -14,7 +14,7 @@ import { discoverModels, quantizationOf, type FoundModel, type ModelRoots } from
 /** The architectures the engine runs (config.json `model_type`, GGUF `general.architecture`). */
 export const ARCHITECTURES = ['qwen2', 'qwen3', 'llama'];
 /** The GGUF tensor types the engine reads (engine/src/model/gguf.cpp, GgufTensor::dense_dtype and quant_type): keep them equal. */
-export const GGUF_TYPES = ['F32', 'F16', 'BF16', 'Q8_0', 'Q4_0', 'Q5_0', 'Q4_K', 'Q5_K', 'Q6_K'];
+export const GGUF_TYPES = ['F32', 'F16', 'BF16', 'Q8_0', 'Q4_0', 'Q5_0', 'Q4_1', 'Q5_1', 'Q4_K', 'Q5_K', 'Q6_K'];
 
 export interface LocalModel extends FoundModel {
   /** `qwen2`, `llama`… when read. */

@@ -1,6 +1,5 @@
 // Portable quantized matvec: the same arithmetic as the SIMD kernels (int32 sums per
 // 32-weight block, scaled in f32), one weight at a time.
-#include <cstring>
 #include <type_traits>
 
 #include "model/half.h"
@@ -75,24 +74,23 @@ void matvec_q6_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int
   }
 }
 
-// Q4_0 / Q5_0: w = d (q - half) with q unsigned, so a block's product is
-// d d_x (sum(q q_x) - half sum(q_x)).
-template <int kHalf>
-void matvec_q4_0_q5_0_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
-                           const Q8Activations& x, float* y) {
-  using Block = std::conditional_t<kHalf == 8, BlockQ4_0, BlockQ5_0>;
+// Q4_0/Q5_0: w = d (q - half) with q unsigned, so a block's product is
+// d d_x (sum(q q_x) - half sum(q_x)); Q4_1/Q5_1: w = d q + m, so it is d_x (d sum(q q_x) + m sum(q_x)).
+template <class Block>
+void matvec_32_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
+                    const Q8Activations& x, float* y) {
+  constexpr int kHalf = kHasFifthBit<Block> ? 16 : 8;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const auto* b = reinterpret_cast<const Block*>(w + r * row_bytes);
     float acc = 0;
     for (int64_t k = 0; k < cols / 32; ++k) {
-      uint32_t qh = 0;
-      if constexpr (kHalf == 16) std::memcpy(&qh, b[k].qh, 4);
       int32_t s = 0;
-      for (int l = 0; l < 32; ++l) {
-        const int q = (l < 16 ? b[k].qs[l] & 0xF : b[k].qs[l - 16] >> 4) | ((qh >> l) & 1) << 4;
-        s += q * x.q[32 * k + l];
-      }
-      acc += f16_to_f32(b[k].d) * x.d[k] * float(s - kHalf * x.sum[k]);
+      for (int l = 0; l < 32; ++l) s += q_of_32(b[k], l) * x.q[32 * k + l];
+      const float d = f16_to_f32(b[k].d);
+      if constexpr (kHasMin<Block>)
+        acc += x.d[k] * (d * float(s) + f16_to_f32(b[k].m) * float(x.sum[k]));
+      else
+        acc += d * x.d[k] * float(s - kHalf * x.sum[k]);
     }
     y[r - row_begin] = acc;
   }
@@ -101,9 +99,15 @@ void matvec_q4_0_q5_0_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin
 }  // namespace
 
 const QuantKernels& portable_quant_kernels() {
-  static const QuantKernels k{"portable",         &matvec_q8_0_rows,         &matvec_k_rows<BlockQ4_K>,
-                              &matvec_q6_k_rows,  &matvec_q4_0_q5_0_rows<8>, &matvec_q4_0_q5_0_rows<16>,
-                              &matvec_k_rows<BlockQ5_K>};
+  static const QuantKernels k{"portable",
+                              &matvec_q8_0_rows,
+                              &matvec_k_rows<BlockQ4_K>,
+                              &matvec_q6_k_rows,
+                              &matvec_32_rows<BlockQ4_0>,
+                              &matvec_32_rows<BlockQ5_0>,
+                              &matvec_k_rows<BlockQ5_K>,
+                              &matvec_32_rows<BlockQ4_1>,
+                              &matvec_32_rows<BlockQ5_1>};
   return k;
 }
 

@@ -120,32 +120,36 @@ inline __m256i bit_bytes(uint32_t bits, __m256i value) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), value);
 }
 
-// Q4_0 (kHalf 8) / Q5_0 (kHalf 16): w = d (q - half), q unsigned, so a block's product is
-// d d_x (sum(q q_x) - half sum(q_x)); the 16 bytes of nibbles are weights 0-15 (low) and 16-31 (high).
-template <class Isa, int kHalf>
-void matvec_q4_0_q5_0_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
-                           const Q8Activations& x, float* y) {
-  using Block = std::conditional_t<kHalf == 8, BlockQ4_0, BlockQ5_0>;
+// Q4_0/Q5_0: w = d (q - half), q unsigned, so a block's product is d d_x (sum(q q_x) - half sum(q_x));
+// Q4_1/Q5_1: w = d q + m, so it is d d_x sum(q q_x) + m d_x sum(q_x). The 16 bytes of nibbles
+// are weights 0-15 (low) and 16-31 (high); qh, where the block has it, their fifth bits.
+template <class Isa, class Block>
+void matvec_32_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
+                    const Q8Activations& x, float* y) {
+  constexpr float kHalf = kHasFifthBit<Block> ? 16 : 8;
   const int64_t blocks = cols / 32;
   const __m128i low4 = _mm_set1_epi8(0x0F);
   const __m256i fifth = _mm256_set1_epi8(0x10);
   for (int64_t r = row_begin; r < row_end; ++r) {
     const auto* b = reinterpret_cast<const Block*>(w + r * row_bytes);
     __m256 acc = _mm256_setzero_ps();
-    float offsets = 0;
+    float offsets = 0;  // sum over blocks of (m or d) d_x sum(q_x)
     for (int64_t k = 0; k < blocks; ++k) {
       const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[k].qs));
       __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4), _mm_and_si128(bytes, low4));
-      if constexpr (kHalf == 16) {
+      if constexpr (kHasFifthBit<Block>) {
         uint32_t qh;
         std::memcpy(&qh, b[k].qh, 4);
         q = _mm256_or_si256(q, bit_bytes(qh, fifth));
       }
       const float dd = _cvtsh_ss(b[k].d) * x.d[k];
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Isa::dot_u8s8(q, load32(&x.q[32 * k]))), _mm256_set1_ps(dd), acc);
-      offsets += dd * float(x.sum[k]);
+      if constexpr (kHasMin<Block>)
+        offsets += _cvtsh_ss(b[k].m) * x.d[k] * float(x.sum[k]);
+      else
+        offsets += dd * float(x.sum[k]);
     }
-    y[r - row_begin] = hsum(acc) - kHalf * offsets;
+    y[r - row_begin] = kHasMin<Block> ? hsum(acc) + offsets : hsum(acc) - kHalf * offsets;
   }
 }
 
@@ -193,9 +197,11 @@ QuantKernels make_quant_kernels(const char* name) {
                       &matvec_q8_0_rows<Isa>,
                       &matvec_k_rows<Isa, BlockQ4_K>,
                       &matvec_q6_k_rows<Isa>,
-                      &matvec_q4_0_q5_0_rows<Isa, 8>,
-                      &matvec_q4_0_q5_0_rows<Isa, 16>,
-                      &matvec_k_rows<Isa, BlockQ5_K>};
+                      &matvec_32_rows<Isa, BlockQ4_0>,
+                      &matvec_32_rows<Isa, BlockQ5_0>,
+                      &matvec_k_rows<Isa, BlockQ5_K>,
+                      &matvec_32_rows<Isa, BlockQ4_1>,
+                      &matvec_32_rows<Isa, BlockQ5_1>};
 }
 
 }  // namespace runahead::simd
