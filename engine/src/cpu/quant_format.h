@@ -20,6 +20,8 @@
 #include <cstring>
 #include <optional>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 
 namespace runahead {
 
@@ -112,10 +114,15 @@ static_assert(sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_1) == 24);
 
 // The 32-weight blocks of 4 or 5 bits (Q4_0, Q5_0, Q4_1, Q5_1): whether a block has a fifth
 // bit (qh) and a minimum (m, the _1 types; the _0 types centre q on half its range instead).
+// (Detection without `requires`: nvcc compiles the CUDA files that include this as C++17.)
+template <class Block, class = void>
+constexpr bool kHasFifthBit = false;
 template <class Block>
-constexpr bool kHasFifthBit = requires(const Block& b) { b.qh; };
+constexpr bool kHasFifthBit<Block, std::void_t<decltype(std::declval<const Block&>().qh)>> = true;
+template <class Block, class = void>
+constexpr bool kHasMin = false;
 template <class Block>
-constexpr bool kHasMin = requires(const Block& b) { b.m; };
+constexpr bool kHasMin<Block, std::void_t<decltype(std::declval<const Block&>().m)>> = true;
 
 // The 4- or 5-bit q of weight l of a 32-weight block: weight l in byte l's low nibble, l + 16
 // in its high; the fifth bit (Q5_0/Q5_1) is bit l of qh.
