@@ -119,6 +119,7 @@ if [ "${DEMO:-1}" = 1 ]; then
         [ -x "$bin" ] || continue
         timeout 120 "$bin" demo --model "$model" --prompt-ids "$PROMPT" --tokens 256 --speculation $spec > "$OUT/demo.txt" 2>&1
         log "demo $side $model speculation $spec: exit $? -- $(grep -E '^  "(tokens|steps|decode_ms_per_token|ttft_ms)"' "$OUT/demo.txt" | tr -d ' \n')"
+        { echo "== $side $model $spec"; tac "$OUT/demo.txt" | sed '/^{$/q' | tac | tr -d ' \n'; echo; } >> "$OUT/demo-stats.txt"
       done
     done
   done

@@ -73,11 +73,31 @@ Draft DraftModelDrafter::propose(std::span<const int32_t> context, int k, Sample
   cached_.resize(size_t(keep));
   const auto start = std::chrono::steady_clock::now();
   const auto behind = context.subspan(size_t(keep));
-  forward(behind);
-
   Draft draft;
+  if (sampler.params().greedy()) {
+    // The backend's own greedy loop, where it has one (CUDA: each token picked on the device
+    // and fed to the next step, read a step late): k tokens without a logits row on the host.
+    // It has no probabilities, so the draft is not cut where the drafter is unsure; the
+    // scheduler's depth from the acceptance it measured does that job.
+    if (behind.size() > 1) forward(behind.first(behind.size() - 1));
+    draft.catch_up_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const int produced = backend_->decode_greedy(behind.back(), k, [&](int32_t token) {
+      draft.tokens.push_back(token);
+      return true;
+    });
+    if (produced >= 0) {
+      cached_.push_back(behind.back());
+      cached_.insert(cached_.end(), draft.tokens.begin(), draft.tokens.end() - (draft.tokens.empty() ? 0 : 1));
+      draft.confidence = 1.0f;
+      return draft;
+    }
+    forward(behind.last(1));  // no such loop: the step below, with logits
+  } else {
+    forward(behind);
+  }
+
   // All but one of the tokens it was behind were catching up, not drafting.
-  if (behind.size() > 1)
+  if (behind.size() > 1 && !sampler.params().greedy())
     draft.catch_up_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() *
                         double(behind.size() - 1) / double(behind.size());
   draft.confidence = pick_draft_token(logits_, sampler, draft);
