@@ -144,7 +144,7 @@ fi
 
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 \
-    "$TESTS" -tc="cuda ops: rmsnorm*,cuda ops: gemm*,cuda ops: attention*,cuda backend: the tensor*,cuda backend: sampled*,cuda backend: fixtures*,cuda backend: qwen3*,cuda backend: widths*" \
+    "$TESTS" -tc="cuda ops: rmsnorm*,cuda ops: gemm*,cuda ops: attention*,cuda backend: the tensor*,cuda backend: sampled*,cuda backend: fixtures*,cuda backend: qwen3*,cuda backend: widths*,cuda backend: greedy verify*" \
     > "$OUT/memcheck.txt" 2>&1
   log "memcheck: exit $? -- $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | head -1)"
 fi
