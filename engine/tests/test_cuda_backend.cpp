@@ -492,6 +492,44 @@ void check_device_verify(std::shared_ptr<const ModelWeights> weights) {
     return true;
   });
   CHECK(more == std::vector<int32_t>(g.begin() + 3, g.begin() + 10));
+  // Queued one ahead: the second step's pending token is the first step's own token, on the
+  // device; its draft was guessed before the first was read.
+  cuda->truncate(P);
+  cuda->begin_greedy_run(g[0]);
+  const std::vector<int32_t> a = {g[1], g[2]}, b = {g[4], (g[5] + 1) % V};
+  cuda->enqueue_verify_greedy(a);
+  cuda->enqueue_verify_greedy(b);  // assumes a is kept whole and g[3] follows it
+  const GreedyVerdict va = cuda->next_verdict();
+  CHECK(va.accepted == 2);
+  CHECK(va.next == g[3]);
+  const GreedyVerdict vb = cuda->next_verdict();
+  CHECK(vb.accepted == 1);
+  CHECK(vb.next == g[5]);
+  CHECK(cuda->kv_len() == P + 5);
+  // A step queued past the end (a stop) is dropped: the cache keeps what was read.
+  const std::vector<int32_t> c = {g[6]};
+  cuda->enqueue_verify_greedy(c);
+  cuda->end_greedy_run();
+  CHECK(cuda->kv_len() == P + 5);
+  std::vector<int32_t> after = {g[5]};
+  cuda->decode(g[5], 4, SamplingParams{}, [&](int32_t t) {
+    after.push_back(t);
+    return true;
+  });
+  CHECK(after == std::vector<int32_t>(g.begin() + 5, g.begin() + 10));
+  // A wrong guess: the first step keeps one draft, so the second verifies its draft after g[2]
+  // (not after g[3] as guessed) and keeps nothing, losslessly.
+  cuda->truncate(P);
+  cuda->begin_greedy_run(g[0]);
+  const std::vector<int32_t> a2 = {g[1], (g[2] + 1) % V}, b2 = {g[4]};
+  cuda->enqueue_verify_greedy(a2);
+  cuda->enqueue_verify_greedy(b2);
+  CHECK(cuda->next_verdict().accepted == 1);
+  const GreedyVerdict vb2 = cuda->next_verdict();
+  CHECK(vb2.accepted == int(g[4] == g[3]));
+  CHECK(vb2.next == (g[4] == g[3] ? g[4] : g[3]));
+  CHECK(cuda->kv_len() == P + 2 + 1 + vb2.accepted);
+  cuda->end_greedy_run();
   // Wider than one pass: forward() and the host, with the same verdict.
   cuda->truncate(P);
   const std::vector<int32_t> wide(g.begin() + 1, g.begin() + 12);

@@ -2,6 +2,7 @@
 // Test doubles for speculation: a backend whose next-token distribution is a pure
 // function of the last few tokens (so truncation and re-forwarding must give the same
 // rows), drafters that are always right or always wrong, and a decode loop.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -20,6 +21,10 @@ inline uint64_t mix(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
+
+// What MarkovBackend::run_ahead starts as: tests of the generator set it to run each case
+// both ways (steps one at a time, and queued one ahead as on CUDA).
+inline bool g_run_ahead = false;
 
 // Logits over `vocab` from a hash of the last `order` tokens of the prefix.
 class MarkovBackend final : public Backend {
@@ -73,10 +78,27 @@ class MarkovBackend final : public Backend {
   }
 
   int max_verify_width() const override { return verify_width; }
+  // Claims to run greedy steps ahead, so the generator takes the run-ahead path (the base
+  // class runs each queued step when its verdict is read).
+  bool runs_ahead() const override { return run_ahead; }
+  void begin_greedy_run(int32_t first) override {
+    queued = 0;
+    Backend::begin_greedy_run(first);
+  }
+  void enqueue_verify_greedy(std::span<const int32_t> draft) override {
+    most_queued = std::max(most_queued, ++queued);
+    Backend::enqueue_verify_greedy(draft);
+  }
+  GreedyVerdict next_verdict() override {
+    --queued;
+    return Backend::next_verdict();
+  }
 
   std::function<void(int width)> on_forward;
   std::vector<int> widths;
   int verify_width = 0;  // what max_verify_width() says (0: no limit)
+  bool run_ahead = g_run_ahead;
+  int queued = 0, most_queued = 0;  // greedy steps queued and unread: now, and at most
 
  private:
   uint64_t hash(std::span<const int32_t> prefix) const {

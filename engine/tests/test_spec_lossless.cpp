@@ -78,38 +78,44 @@ std::vector<int32_t> joined(const std::vector<int32_t>& a, const std::vector<int
 }  // namespace
 
 TEST_CASE("greedy speculation equals plain greedy for right, wrong and lookup drafts on 24 prompts") {
-  int total_accepted = 0, total_drafted = 0;
-  for (const auto& prompt : prompts()) {
-    const GenerateRequest r = greedy(prompt, 40);
-    const Run expected = plain(r);
-    REQUIRE(expected.tokens.size() == 40);
-    for (int which = 0; which < 4; ++which) {
-      CAPTURE(which);
-      CAPTURE(prompt.size());
-      MarkovBackend backend(kVocab, kContext);
-      std::unique_ptr<Drafter> d;
-      if (which == 0) d = std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab);
-      if (which == 1) d = std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Wrong, kVocab);
-      if (which >= 2) d = std::make_unique<LookupDrafter>();
-      auto spec = speculator(backend, one(std::move(d)), 8, which == 3);
-      GeneratorOptions options;
-      options.speculator = spec.get();
-      Generator g(backend, options);
-      const Run got = run(g, r);
-      CHECK(got.tokens == expected.tokens);
-      CHECK(got.result.finish == expected.result.finish);
-      const SpeculationStats& s = got.result.stats.speculation;
-      if (which == 0) {
-        CHECK(s.accepted == s.drafted);           // an oracle is never wrong
-        CHECK(got.result.stats.steps <= 40 / 9 + 1);  // ... and fills every verify
+  for (const bool ahead : {false, true}) {  // steps one at a time, and queued one ahead
+    CAPTURE(ahead);
+    g_run_ahead = ahead;
+    int total_accepted = 0, total_drafted = 0;
+    for (const auto& prompt : prompts()) {
+      const GenerateRequest r = greedy(prompt, 40);
+      const Run expected = plain(r);
+      REQUIRE(expected.tokens.size() == 40);
+      for (int which = 0; which < 4; ++which) {
+        CAPTURE(which);
+        CAPTURE(prompt.size());
+        MarkovBackend backend(kVocab, kContext);
+        std::unique_ptr<Drafter> d;
+        if (which == 0) d = std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab);
+        if (which == 1) d = std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Wrong, kVocab);
+        if (which >= 2) d = std::make_unique<LookupDrafter>();
+        auto spec = speculator(backend, one(std::move(d)), 8, which == 3);
+        GeneratorOptions options;
+        options.speculator = spec.get();
+        Generator g(backend, options);
+        const Run got = run(g, r);
+        CHECK(got.tokens == expected.tokens);
+        CHECK(got.result.finish == expected.result.finish);
+        const SpeculationStats& s = got.result.stats.speculation;
+        if (which == 0) {
+          CHECK(s.accepted == s.drafted);           // an oracle is never wrong
+          CHECK(got.result.stats.steps <= 40 / 9 + 1);  // ... and fills every verify
+        }
+        // (Queued ahead, a wrong draft chosen from a wrong guess may line up with the output by chance.)
+        if (which == 1 && !ahead) CHECK(s.accepted == 0);
+        total_drafted += s.drafted;
+        total_accepted += s.accepted;
       }
-      if (which == 1) CHECK(s.accepted == 0);
-      total_drafted += s.drafted;
-      total_accepted += s.accepted;
     }
+    // The lookup drafter found repeats in the repetitive prompts (or the test proves nothing).
+    CHECK(total_accepted > total_drafted / 10);
   }
-  // The lookup drafter found repeats in the repetitive prompts (or the test proves nothing).
-  CHECK(total_accepted > total_drafted / 10);
+  g_run_ahead = false;
 }
 
 TEST_CASE("a greedy verify keeps the drafts the target agrees with and leaves the cache at them") {
@@ -142,117 +148,164 @@ TEST_CASE("a greedy verify keeps the drafts the target agrees with and leaves th
 }
 
 TEST_CASE("no verify is wider than the target's widest, and the output stays the plain one") {
-  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
-  const GenerateRequest r = greedy(prompt, 30);
+  for (const bool ahead : {false, true}) {  // steps one at a time, and queued one ahead
+    CAPTURE(ahead);
+    g_run_ahead = ahead;
+    const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+    const GenerateRequest r = greedy(prompt, 30);
+    const Run expected = plain(r);
+    MarkovBackend backend(kVocab, kContext);
+    backend.verify_width = 3;
+    auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab)));
+    backend.widths.clear();  // the cost table's forwards
+    GeneratorOptions options;
+    options.speculator = spec.get();
+    Generator g(backend, options);
+    const Run got = run(g, r);
+    CHECK(got.tokens == expected.tokens);
+    CHECK(got.result.stats.speculation.accepted > 0);
+    for (size_t i = 1; i < backend.widths.size(); ++i) CHECK(backend.widths[i] <= 3);
+  }
+  g_run_ahead = false;
+}
+
+TEST_CASE("queued one ahead: each draft is chosen before the previous step is read, and right guesses keep whole drafts") {
+  const std::vector<int32_t> prompt = {2, 7, 1, 8, 2, 8};
+  const GenerateRequest r = greedy(prompt, 40);
   const Run expected = plain(r);
   MarkovBackend backend(kVocab, kContext);
-  backend.verify_width = 3;
+  backend.run_ahead = true;
   auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab)));
-  backend.widths.clear();  // the cost table's forwards
   GeneratorOptions options;
   options.speculator = spec.get();
   Generator g(backend, options);
   const Run got = run(g, r);
   CHECK(got.tokens == expected.tokens);
-  CHECK(got.result.stats.speculation.accepted > 0);
-  for (size_t i = 1; i < backend.widths.size(); ++i) CHECK(backend.widths[i] <= 3);
+  CHECK(backend.most_queued == 2);  // step n+1 was queued while step n was unread
+  CHECK(backend.queued == 0);       // nothing left queued at the end
+  const SpeculationStats& s = got.result.stats.speculation;
+  CHECK(s.accepted == s.drafted);  // the oracle's guess of each step's own token held
+  CHECK(got.result.stats.steps <= 40 / 9 + 1);
+  // A wrong drafter queued ahead: every step keeps only the target's token, the output is the plain one.
+  MarkovBackend wrong_backend(kVocab, kContext);
+  wrong_backend.run_ahead = true;
+  auto wrong = speculator(wrong_backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Wrong, kVocab)));
+  options.speculator = wrong.get();
+  Generator w(wrong_backend, options);
+  CHECK(run(w, r).tokens == expected.tokens);
+  CHECK(wrong_backend.queued == 0);
 }
 
 TEST_CASE("drafts never run past the tokens a request may still emit, nor past the context") {
-  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
-  for (int max_tokens : {1, 2, 3, 5, 9}) {
-    CAPTURE(max_tokens);
-    const GenerateRequest r = greedy(prompt, max_tokens);
-    const Run expected = plain(r);
-    MarkovBackend backend(kVocab, kContext);
-    auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab)));
-    GeneratorOptions options;
-    options.speculator = spec.get();
-    Generator g(backend, options);
-    const Run got = run(g, r);
-    CHECK(got.tokens == expected.tokens);
-    CHECK(got.result.finish == FinishReason::Length);
-    // The first token comes from the prefill; each verify is at most the remaining budget wide.
-    for (size_t i = 1; i < backend.widths.size(); ++i) CHECK(backend.widths[i] <= max_tokens - 1);
-  }
-  // The end of the context: both stop at the same token, with finish "context".
-  for (int context : {8, 13, 30}) {
-    CAPTURE(context);
-    const GenerateRequest r = greedy(prompt, 100);
-    const Run expected = plain(r, context);
-    CHECK(expected.result.finish == FinishReason::Context);
-    for (auto mode : {KnownDrafter::Right, KnownDrafter::Wrong}) {
-      MarkovBackend backend(kVocab, context);
-      auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), mode, kVocab)));
+  for (const bool ahead : {false, true}) {  // steps one at a time, and queued one ahead
+    CAPTURE(ahead);
+    g_run_ahead = ahead;
+    const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+    for (int max_tokens : {1, 2, 3, 5, 9}) {
+      CAPTURE(max_tokens);
+      const GenerateRequest r = greedy(prompt, max_tokens);
+      const Run expected = plain(r);
+      MarkovBackend backend(kVocab, kContext);
+      auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab)));
       GeneratorOptions options;
       options.speculator = spec.get();
       Generator g(backend, options);
       const Run got = run(g, r);
       CHECK(got.tokens == expected.tokens);
-      CHECK(got.result.finish == FinishReason::Context);
+      CHECK(got.result.finish == FinishReason::Length);
+      // The first token comes from the prefill; each verify is at most the remaining budget wide.
+      for (size_t i = 1; i < backend.widths.size(); ++i) CHECK(backend.widths[i] <= max_tokens - 1);
+    }
+    // The end of the context: both stop at the same token, with finish "context".
+    for (int context : {8, 13, 30}) {
+      CAPTURE(context);
+      const GenerateRequest r = greedy(prompt, 100);
+      const Run expected = plain(r, context);
+      CHECK(expected.result.finish == FinishReason::Context);
+      for (auto mode : {KnownDrafter::Right, KnownDrafter::Wrong}) {
+        MarkovBackend backend(kVocab, context);
+        auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), mode, kVocab)));
+        GeneratorOptions options;
+        options.speculator = spec.get();
+        Generator g(backend, options);
+        const Run got = run(g, r);
+        CHECK(got.tokens == expected.tokens);
+        CHECK(got.result.finish == FinishReason::Context);
+      }
     }
   }
+  g_run_ahead = false;
 }
 
 TEST_CASE("a stop token inside an accepted run ends the output exactly where plain decoding does") {
-  int inside = 0;
-  for (const auto& prompt : prompts()) {
-    const Run free_run = plain(greedy(prompt, 30));
-    // Stop at the token the plain output has at index 6 (its first occurrence ends it).
-    GenerateRequest r = greedy(prompt, 30);
-    r.stop = {free_run.tokens[6]};
-    const Run expected = plain(r);
-    REQUIRE(expected.result.finish == FinishReason::Stop);
-    MarkovBackend backend(kVocab, kContext);
-    auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, free_run.tokens), KnownDrafter::Right, kVocab)));
-    GeneratorOptions options;
-    options.speculator = spec.get();
-    Generator g(backend, options);
-    const Run got = run(g, r);
-    CHECK(got.tokens == expected.tokens);
-    CHECK(got.result.finish == FinishReason::Stop);
-    // The stop token was drafted and accepted with tokens after it in the same verify.
-    if (got.result.stats.speculation.accepted > int(expected.tokens.size())) ++inside;
-    // The next request reuses the cache correctly although it holds tokens past the stop.
-    const GenerateRequest again = greedy(joined(prompt, {1, 2}), 12);
-    CHECK(run(g, again).tokens == plain(again).tokens);
-  }
-  CHECK(inside > 10);
-}
-
-TEST_CASE("cancellation and deadlines arriving mid-verify end with a prefix of the plain output") {
-  for (const auto& prompt : prompts()) {
-    const Run expected = plain(greedy(prompt, 40));
-    for (int kind = 0; kind < 2; ++kind) {
-      CAPTURE(kind);
+  for (const bool ahead : {false, true}) {  // steps one at a time, and queued one ahead
+    CAPTURE(ahead);
+    g_run_ahead = ahead;
+    int inside = 0;
+    for (const auto& prompt : prompts()) {
+      const Run free_run = plain(greedy(prompt, 30));
+      // Stop at the token the plain output has at index 6 (its first occurrence ends it).
+      GenerateRequest r = greedy(prompt, 30);
+      r.stop = {free_run.tokens[6]};
+      const Run expected = plain(r);
+      REQUIRE(expected.result.finish == FinishReason::Stop);
       MarkovBackend backend(kVocab, kContext);
-      auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab)), 4);
+      auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, free_run.tokens), KnownDrafter::Right, kVocab)));
       GeneratorOptions options;
       options.speculator = spec.get();
       Generator g(backend, options);
-      std::atomic<bool> cancel{false};
-      int verifies = 0;
-      GenerateRequest r = greedy(prompt, 40);
-      if (kind == 0) {
-        // Cancel while the second verify runs.
-        backend.on_forward = [&](int width) {
-          if (width > 1 && ++verifies == 2) cancel = true;
-        };
-      } else {
-        // A hard deadline that passes during the second verify.
-        r.deadline_ms = 5;
-        r.hard_deadline_ms = 5;
-        backend.on_forward = [&](int width) {
-          if (width > 1 && ++verifies == 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        };
+      const Run got = run(g, r);
+      CHECK(got.tokens == expected.tokens);
+      CHECK(got.result.finish == FinishReason::Stop);
+      // The stop token was drafted and accepted with tokens after it in the same verify.
+      if (got.result.stats.speculation.accepted > int(expected.tokens.size())) ++inside;
+      // The next request reuses the cache correctly although it holds tokens past the stop.
+      const GenerateRequest again = greedy(joined(prompt, {1, 2}), 12);
+      CHECK(run(g, again).tokens == plain(again).tokens);
+    }
+    CHECK(inside > 10);
+  }
+  g_run_ahead = false;
+}
+
+TEST_CASE("cancellation and deadlines arriving mid-verify end with a prefix of the plain output") {
+  for (const bool ahead : {false, true}) {  // steps one at a time, and queued one ahead
+    CAPTURE(ahead);
+    g_run_ahead = ahead;
+    for (const auto& prompt : prompts()) {
+      const Run expected = plain(greedy(prompt, 40));
+      for (int kind = 0; kind < 2; ++kind) {
+        CAPTURE(kind);
+        MarkovBackend backend(kVocab, kContext);
+        auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab)), 4);
+        GeneratorOptions options;
+        options.speculator = spec.get();
+        Generator g(backend, options);
+        std::atomic<bool> cancel{false};
+        int verifies = 0;
+        GenerateRequest r = greedy(prompt, 40);
+        if (kind == 0) {
+          // Cancel while the second verify runs.
+          backend.on_forward = [&](int width) {
+            if (width > 1 && ++verifies == 2) cancel = true;
+          };
+        } else {
+          // A hard deadline that passes during the second verify.
+          r.deadline_ms = 5;
+          r.hard_deadline_ms = 5;
+          backend.on_forward = [&](int width) {
+            if (width > 1 && ++verifies == 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          };
+        }
+        const Run got = run(g, r, cancel);
+        CHECK(got.result.finish == (kind == 0 ? FinishReason::Cancelled : FinishReason::Deadline));
+        REQUIRE(got.tokens.size() <= expected.tokens.size());
+        CHECK(std::equal(got.tokens.begin(), got.tokens.end(), expected.tokens.begin()));
+        CHECK(got.tokens.size() >= 2);
       }
-      const Run got = run(g, r, cancel);
-      CHECK(got.result.finish == (kind == 0 ? FinishReason::Cancelled : FinishReason::Deadline));
-      REQUIRE(got.tokens.size() <= expected.tokens.size());
-      CHECK(std::equal(got.tokens.begin(), got.tokens.end(), expected.tokens.begin()));
-      CHECK(got.tokens.size() >= 2);
     }
   }
+  g_run_ahead = false;
 }
 
 TEST_CASE("lookup drafts from earlier requests of the session") {

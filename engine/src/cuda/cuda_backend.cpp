@@ -255,6 +255,63 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   }
   int max_verify_width() const override { return kMaxVecTokens; }
 
+  // Run-ahead: a queued step's pending token is the one its predecessor left in tokens_d_[0];
+  // its draft goes to tokens_d_[1..] by a copy ordered after that step on the stream (from a
+  // pinned slot of its own), its verdict to a mapped slot of its own, and an event marks its end.
+  bool runs_ahead() const override { return true; }
+
+  void begin_greedy_run(int32_t first) override {
+    check(std::span<const int32_t>(&first, 1), 1);
+    check_cuda(cudaStreamSynchronize(stream_), "begin_greedy_run");
+    check_cuda(cudaMemcpy(tokens_d_.get(), &first, sizeof(first), cudaMemcpyHostToDevice), "cudaMemcpy (token)");
+    run_head_ = run_queued_ = 0;
+  }
+
+  void enqueue_verify_greedy(std::span<const int32_t> draft) override {
+    const int n = 1 + int(draft.size());
+    if (run_queued_ == 2) throw EngineError("bad_request", "cuda backend: more than two greedy steps queued");
+    if (n > kMaxVecTokens)
+      throw EngineError("bad_request", "cuda backend: a queued greedy step of " + std::to_string(n) + " tokens", {},
+                        "draft", "at most " + std::to_string(kMaxVecTokens - 1) + " drafted tokens");
+    int positions = kv_len_ + n;
+    for (int i = 0; i < run_queued_; ++i) positions += run_width_[(run_head_ + i) % 2];
+    if (positions > capacity_)
+      throw EngineError("context_overflow", "cuda backend: queued greedy steps past the context of " +
+                                                std::to_string(capacity_));
+    for (int32_t t : draft)
+      if (t < 0 || t >= c_.vocab_size)
+        throw EngineError("bad_request", "token id " + std::to_string(t) + " is outside the vocabulary", {}, "draft",
+                          "ids in [0, " + std::to_string(c_.vocab_size) + ")");
+    const int slot = (run_head_ + run_queued_) % 2;
+    int32_t* staging = run_staging_.host<int32_t>() + slot * kMaxVecTokens;
+    std::copy(draft.begin(), draft.end(), staging);
+    if (!draft.empty())
+      check_cuda(cudaMemcpyAsync(tokens_d_.get<int32_t>() + 1, staging, draft.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_),
+                 "cudaMemcpyAsync (draft)");
+    launch_graph(graph_for(StepMode::Verify, n, n, slot));
+    check_cuda(cudaEventRecord(events_[slot], stream_), "cudaEventRecord");
+    run_width_[slot] = n;
+    ++run_queued_;
+  }
+
+  GreedyVerdict next_verdict() override {
+    if (run_queued_ == 0) throw EngineError("bad_request", "cuda backend: no greedy step queued");
+    const int slot = run_head_;
+    check_cuda(cudaEventSynchronize(events_[slot]), "greedy step");
+    const volatile int32_t* verdict = verdict_.host<int32_t>() + 2 * slot;
+    const GreedyVerdict v{verdict[0], verdict[1]};
+    kv_len_ += 1 + v.accepted;
+    run_head_ = (run_head_ + 1) % 2;
+    --run_queued_;
+    return v;
+  }
+
+  void end_greedy_run() override {
+    if (run_queued_ > 0) set_position(kv_len_);  // waits for them and drops their entries
+    run_queued_ = 0;
+  }
+
   StepParts& step_parts() override { return *this; }
 
   // --- StepParts: the step's parts one at a time, for the bench's profiler ---------------
@@ -337,7 +394,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     sampling_d_ = DeviceBuffer(sizeof(SamplingState));
     allocate_step();
     host_tokens_ = PinnedBuffer(size_t(capacity_ + 2) * sizeof(int32_t));
-    verdict_ = PinnedBuffer(2 * sizeof(int32_t));
+    verdict_ = PinnedBuffer(4 * sizeof(int32_t));  // {accepted, next} for two queued steps
+    run_staging_ = PinnedBuffer(2 * kMaxVecTokens * sizeof(int32_t));
     if (w_->dtype == DType::BF16) {
       const int widest = std::max({H, qd, I});
       h_bf16_ = DeviceBuffer(size_t(rows) * widest * 2);
@@ -605,7 +663,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   // One step of n <= kMaxVecTokens tokens (tokens_d_) through the matrix-vector path,
   // ending as `mode` says; n_out rows of logits (0: none, only the position moves).
-  void enqueue_vec_step(StepMode mode, int n, int n_out) {
+  void enqueue_vec_step(StepMode mode, int n, int n_out, int slot = 0) {
     // A single token with its logits can run as one persistent kernel: layers and head.
     const bool one_kernel = n == 1 && n_out == 1 && persistent_step();
     if (!one_kernel) {
@@ -624,7 +682,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     if (mode == StepMode::Verify) {
       end.next = tokens_d_.get<int32_t>();
       end.draft = tokens_d_.get<int32_t>();
-      end.verdict = verdict_.device<int32_t>();
+      end.verdict = verdict_.device<int32_t>() + 2 * slot;
     } else if (mode != StepMode::Logits) {
       end.next = tokens_d_.get<int32_t>();
       end.host = host_tokens_.device<int32_t>();
@@ -702,11 +760,14 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     return GraphExec(exec);
   }
 
-  cudaGraphExec_t graph_for(StepMode mode, int n, int n_out) {
-    const int key = (int(mode) << 16) | (n << 8) | n_out;
+  // `slot`: which verdict slot a Verify step writes (two steps may be queued).
+  cudaGraphExec_t graph_for(StepMode mode, int n, int n_out, int slot = 0) {
+    const int key = (slot << 20) | (int(mode) << 16) | (n << 8) | n_out;
     auto it = graphs_.find(key);
-    if (it == graphs_.end())
-      it = graphs_.emplace(key, capture([&] { enqueue_vec_step(mode, n, n_out); })).first;
+    if (it == graphs_.end()) {
+      check_cuda(cudaStreamSynchronize(stream_), "graph capture");  // a queued step may still run on the stream
+      it = graphs_.emplace(key, capture([&] { enqueue_vec_step(mode, n, n_out, slot); })).first;
+    }
     return it->second.get();
   }
 
@@ -752,7 +813,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   int warmed_ = 0;  // tokens of the prefill run at load
   double step_ms_[2] = {0, 0};  // a timed single-token step: [0] kernel per op, [1] persistent
   DecodeAttention attention_;
-  PinnedBuffer host_tokens_, host_in_, host_logits_, host_hidden_, verdict_;
+  PinnedBuffer host_tokens_, host_in_, host_logits_, host_hidden_, verdict_, run_staging_;
+  int run_head_ = 0, run_queued_ = 0, run_width_[2] = {0, 0};  // queued greedy steps (a ring of two)
   int host_in_rows_ = 0, host_out_rows_ = 0;
   std::vector<float> hidden_;
   std::map<int, GraphExec> graphs_;

@@ -3,6 +3,7 @@
 // appends to its own KV cache, and rollback of that cache. Everything above this
 // interface (prefix reuse, sampling, stopping, speculation) is backend-independent.
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -62,6 +63,21 @@ class Backend {
   // The widest step (1 + draft tokens) verify_greedy runs in one pass; 0: no limit.
   virtual int max_verify_width() const { return 0; }
 
+  // Greedy verify steps queued ahead of their results (issue 19's host run-ahead). A run
+  // starts from `first`, the pending token; each queued step takes as its pending token the
+  // `next` its predecessor left (where it was computed: on the device for CUDA) and verifies
+  // `draft` after it, so the host can queue step n+1, with a draft guessed from what step n
+  // may keep, before step n's verdict is read. next_verdict() waits for the oldest queued
+  // step and gives its verdict; kv_len() counts the steps whose verdicts were read. At most
+  // two steps are queued. end_greedy_run() drops the steps still queued (their cache entries
+  // rolled back). runs_ahead(): whether queued steps really run while the host works (CUDA);
+  // this version runs each one inside next_verdict(), with verify_greedy().
+  virtual bool runs_ahead() const { return false; }
+  virtual void begin_greedy_run(int32_t first);
+  virtual void enqueue_verify_greedy(std::span<const int32_t> draft);
+  virtual GreedyVerdict next_verdict();
+  virtual void end_greedy_run();
+
   // Greedy decoding in a loop of the backend's own that keeps each step's token where it was
   // computed (CUDA: on the device, read by the host a step late): feeds `first`, then each
   // token it produced, handing every new token to on_token until on_token returns false or
@@ -84,6 +100,10 @@ class Backend {
     (void)x, (void)n_out, (void)logits;
     throw EngineError("bad_request", name() + " backend: a forward over input vectors is not available");
   }
+
+ private:
+  int32_t run_pending_ = 0;                      // the greedy run's next pending token
+  std::deque<std::vector<int32_t>> run_queue_;  // its queued drafts, not yet run
 };
 
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> weights,

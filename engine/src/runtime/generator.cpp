@@ -188,6 +188,24 @@ GenerateResult Generator::generate(const GenerateRequest& request, const TokenSi
             break;
           }
         }
+        if (options_.speculator && request.sampling.greedy() && backend_.runs_ahead()) {
+          // Speculation with each step queued before the previous one is read (CUDA): tokens
+          // are judged one step late, and a step queued past a stop is dropped.
+          options_.speculator->run_greedy(cached_, out.back(), request.max_tokens - stats.tokens, sampler,
+                                          [&](std::span<const int32_t> tokens, int drafted, int accepted) {
+                                            const auto now = Clock::now();
+                                            const double step_ms = ms_between(step_start, now);
+                                            step_start = now;
+                                            decode_ms += step_ms;
+                                            ++stats.steps;
+                                            stats.drafted += drafted;
+                                            stats.accepted += accepted;
+                                            produced_by_steps += int(tokens.size());
+                                            return take(tokens, step_ms, ms_between(start, now));
+                                          });
+          if (result.finish == FinishReason::None) result.finish = FinishReason::Context;  // no step fits
+          break;
+        }
         Step step = decode_step(out.back(), sampler, request.max_tokens - stats.tokens);
         decode_ms += ms_between(step_start, Clock::now());
         ++stats.steps;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 
 #include "model/error.h"
 
@@ -239,31 +240,54 @@ SpecStep Speculator::plain_step(std::vector<int32_t>& cached, int32_t pending, S
   return {{next}, 0, 0};
 }
 
+void Speculator::fade() {
+  for (DrafterState& d : drafters_)
+    for (auto& [bucket, a] : d.acceptance) a.hits *= kFade, a.trials *= kFade;
+}
+
+Draft Speculator::drafted(Choice& choice, std::span<const int32_t> context, Sampler& sampler) {
+  if (!choice.draft.tokens.empty()) return std::move(choice.draft);
+  DrafterState& d = drafters_[size_t(choice.drafter)];
+  const auto start = Clock::now();
+  Draft draft = d.drafter->propose(context, choice.k, sampler);
+  if (draft.tokens.empty()) return draft;
+  constexpr size_t kRecent = 15;
+  if (d.ms_per_token.size() == kRecent) d.ms_per_token.erase(d.ms_per_token.begin());
+  d.ms_per_token.push_back(std::max(0.0, ms_since(start) - draft.catch_up_ms) / double(draft.tokens.size()));
+  return draft;
+}
+
+void Speculator::record(int drafter, int bucket, int k, int accepted, bool learn) {
+  DrafterState& d = drafters_[size_t(drafter)];
+  if (learn) {
+    Acceptance& a = d.acceptance[bucket];
+    a.hits = kDecay * a.hits + accepted;
+    a.trials = kDecay * a.trials + accepted + (accepted < k ? 1 : 0);
+  }
+  ++stats_.steps;
+  stats_.drafted += k;
+  stats_.accepted += accepted;
+  DrafterCounts& c = stats_.by_drafter[d.drafter->name()];
+  ++c.steps;
+  c.drafted += k;
+  c.accepted += accepted;
+}
+
 SpecStep Speculator::step(std::vector<int32_t>& cached, int32_t pending, Sampler& sampler, int budget,
                           std::vector<float>& logits) {
   const int pos0 = target_.kv_len();
   // Drafts past what the request may still emit, or past the context, are wasted work.
   int k_max = std::min({options_.max_draft, budget - 1, target_.context_length() - pos0 - 1});
   if (target_.max_verify_width() > 0) k_max = std::min(k_max, target_.max_verify_width() - 1);
-  for (DrafterState& d : drafters_)
-    for (auto& [bucket, a] : d.acceptance) a.hits *= kFade, a.trials *= kFade;
+  fade();
   if (drafters_.empty() || k_max <= 0) return plain_step(cached, pending, sampler, logits);
 
   context_.assign(cached.begin(), cached.end());
   context_.push_back(pending);
   Choice choice = choose(context_, k_max, sampler);
   if (choice.drafter < 0) return plain_step(cached, pending, sampler, logits);
-  DrafterState& d = drafters_[size_t(choice.drafter)];
-  if (choice.draft.tokens.empty()) {
-    const auto start = Clock::now();
-    choice.draft = d.drafter->propose(context_, choice.k, sampler);
-    if (choice.draft.tokens.empty()) return plain_step(cached, pending, sampler, logits);
-    constexpr size_t kRecent = 15;
-    if (d.ms_per_token.size() == kRecent) d.ms_per_token.erase(d.ms_per_token.begin());
-    d.ms_per_token.push_back(std::max(0.0, ms_since(start) - choice.draft.catch_up_ms) /
-                             double(choice.draft.tokens.size()));
-  }
-  const Draft& draft = choice.draft;
+  const Draft draft = drafted(choice, context_, sampler);
+  if (draft.tokens.empty()) return plain_step(cached, pending, sampler, logits);
   const int k = int(draft.tokens.size());
 
   input_.assign(1, pending);
@@ -283,22 +307,97 @@ SpecStep Speculator::step(std::vector<int32_t>& cached, int32_t pending, Sampler
   std::span<const float> hidden;
   if (wants_hidden_) hidden = target_.hidden().first(size_t(keep) * size_t(target_.config().hidden_size));
   feed(pos0, std::span(input_).first(size_t(keep)), hidden);
-
-  Acceptance& a = d.acceptance[draft.bucket];
-  a.hits = kDecay * a.hits + v.accepted;
-  a.trials = kDecay * a.trials + v.accepted + (v.accepted < k ? 1 : 0);
-
-  ++stats_.steps;
-  stats_.drafted += k;
-  stats_.accepted += v.accepted;
-  DrafterCounts& c = stats_.by_drafter[d.drafter->name()];
-  ++c.steps;
-  c.drafted += k;
-  c.accepted += v.accepted;
+  record(choice.drafter, draft.bucket, k, v.accepted, true);
 
   SpecStep out{{draft.tokens.begin(), draft.tokens.begin() + v.accepted}, k, v.accepted};
   out.tokens.push_back(v.next);
   return out;
+}
+
+void Speculator::run_greedy(std::vector<int32_t>& cached, int32_t pending, int budget, Sampler& sampler,
+                            const StepSink& on_step) {
+  const int capacity = target_.context_length();
+  int k_limit = options_.max_draft;
+  if (target_.max_verify_width() > 0) k_limit = std::min(k_limit, target_.max_verify_width() - 1);
+  std::deque<Queued> queue;
+  context_.assign(cached.begin(), cached.end());
+  context_.push_back(pending);  // what the host knows: the cache, then the pending token
+  int kv = target_.kv_len(), emitted = 0;
+  std::vector<int32_t> guessed;
+
+  // Queues one step behind those queued, if one fits: each queued step counted at its most
+  // (its whole draft and its own token) against the context and the budget.
+  const auto enqueue = [&] {
+    int positions = kv, out = emitted;
+    for (const Queued& q : queue) positions += 1 + int(q.draft.size()), out += 1 + int(q.draft.size());
+    const int k_max = std::min({k_limit, capacity - positions - 1, budget - out - 1});
+    if (k_max < 0) return false;
+    Queued q;
+    fade();
+    guessed = context_;
+    const bool guessing = !queue.empty();
+    if (guessing) {
+      // The step before is unread: assume it keeps its draft (if that still stands), and let the
+      // drafter's first token stand for its own token.
+      const Queued& before = queue.back();
+      q.assumed_accepted = before.consistent ? int(before.draft.size()) : 0;
+      guessed.insert(guessed.end(), before.draft.begin(), before.draft.begin() + q.assumed_accepted);
+    }
+    const int extra = guessing ? 1 : 0;
+    if (!drafters_.empty() && k_max > 0) {
+      Choice choice = choose(guessed, k_max + extra, sampler);
+      if (choice.drafter >= 0) {
+        Draft draft = drafted(choice, guessed, sampler);
+        if (int(draft.tokens.size()) > extra) {
+          q.drafter = choice.drafter;
+          q.bucket = draft.bucket;
+          if (guessing) q.guess = draft.tokens[0];
+          q.draft.assign(draft.tokens.begin() + extra, draft.tokens.begin() + std::min<int>(int(draft.tokens.size()), k_max + extra));
+        }
+      }
+    }
+    target_.enqueue_verify_greedy(q.draft);
+    queue.push_back(std::move(q));
+    return true;
+  };
+
+  target_.begin_greedy_run(pending);
+  try {
+    if (enqueue()) {
+      for (;;) {
+        if (queue.size() < 2) enqueue();  // the next step runs while this one is read
+        const Queued step = std::move(queue.front());
+        queue.pop_front();
+        const GreedyVerdict v = target_.next_verdict();
+        const int pos0 = kv, keep = 1 + v.accepted;
+        const std::span<const int32_t> kept_drafts(step.draft.data(), size_t(v.accepted));
+        const size_t kept_from = cached.size();
+        cached.push_back(context_.back());
+        cached.insert(cached.end(), kept_drafts.begin(), kept_drafts.end());
+        kv += keep;
+        std::span<const float> hidden;
+        if (wants_hidden_) hidden = target_.hidden().first(size_t(keep) * size_t(target_.config().hidden_size));
+        feed(pos0, std::span<const int32_t>(cached).subspan(kept_from), hidden);
+        if (step.drafter >= 0) record(step.drafter, step.bucket, int(step.draft.size()), v.accepted, step.consistent);
+        // The step queued behind this one was chosen assuming what this one produced.
+        if (!queue.empty()) {
+          Queued& after = queue.front();
+          after.consistent = after.drafter < 0 || (after.assumed_accepted == v.accepted && after.guess == v.next);
+        }
+        context_.insert(context_.end(), kept_drafts.begin(), kept_drafts.end());
+        context_.push_back(v.next);
+        std::vector<int32_t> tokens(kept_drafts.begin(), kept_drafts.end());
+        tokens.push_back(v.next);
+        emitted += int(tokens.size());
+        if (!on_step(tokens, int(step.draft.size()), v.accepted)) break;
+        if (queue.empty() && !enqueue()) break;  // no step fits the context (or the budget)
+      }
+    }
+  } catch (...) {
+    target_.end_greedy_run();
+    throw;
+  }
+  target_.end_greedy_run();  // a step still queued is dropped: its tokens are never streamed
 }
 
 nlohmann::json Speculator::report() const {

@@ -6,6 +6,7 @@
 // distribution. k is chosen each step from the measured cost of a verify of width k+1
 // and the acceptance each drafter has earned, so a step never costs more than it brings.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -92,6 +93,16 @@ class Speculator {
   // The request ended; `all_tokens` is what it left in the cache.
   void end(std::span<const int32_t> all_tokens);
 
+  // Greedy decoding with the target's steps queued one ahead (Backend::enqueue_verify_greedy,
+  // issue 19's host run-ahead): step n+1's draft is chosen while step n runs, from the context
+  // step n leaves if it keeps its whole draft, the drafter's first token standing for step n's
+  // own token (unknown yet). A step whose guess turns out wrong still verifies losslessly; it
+  // keeps little. From `pending` (emitted, not yet in the cache), hands each step's tokens
+  // (accepted drafts, then the target's token) to on_step until it returns false or no step
+  // fits the context or `budget`; `cached` grows by what the cache keeps.
+  using StepSink = std::function<bool(std::span<const int32_t> tokens, int drafted, int accepted)>;
+  void run_greedy(std::vector<int32_t>& cached, int32_t pending, int budget, Sampler& sampler, const StepSink& on_step);
+
   const SpeculationStats& stats() const { return stats_; }
   // For `loaded`: mode, max_draft, the drafters and the cost table.
   nlohmann::json report() const;
@@ -118,9 +129,26 @@ class Speculator {
     double draft_ms() const;
   };
 
+  // A step queued by run_greedy: its drafter (-1: a plain step) and draft, and what it assumed
+  // of the step before it (that one's accepted count and own token) when it was chosen.
+  struct Queued {
+    int drafter = -1;
+    int bucket = 0;
+    std::vector<int32_t> draft;
+    int assumed_accepted = -1;  // -1: it assumed nothing (the run's first step)
+    int32_t guess = -1;
+    bool consistent = true;  // the step before produced what it assumed
+  };
+
   // The k in [0, k_max] with the most expected tokens per unit of time; gain 1 at k = 0.
   std::pair<int, double> best_depth(double alpha, double draft_ratio, int k_max) const;
   Choice choose(std::span<const int32_t> context, int k_max, Sampler& sampler);
+  // The chosen drafter's tokens: the free drafters' are in the choice; a model drafter is asked
+  // now, and what that cost per token is recorded.
+  Draft drafted(Choice& choice, std::span<const int32_t> context, Sampler& sampler);
+  void fade();
+  // Counts a verified draft in the statistics and, when `learn`, in its drafter's acceptance.
+  void record(int drafter, int bucket, int k, int accepted, bool learn);
   void feed(int pos0, std::span<const int32_t> tokens, std::span<const float> hidden);
   SpecStep plain_step(std::vector<int32_t>& cached, int32_t pending, Sampler& sampler,
                       std::vector<float>& logits);
