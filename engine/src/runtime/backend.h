@@ -66,8 +66,8 @@ class Backend {
   // Greedy verify steps queued ahead of their results (issue 19's host run-ahead). A run
   // starts from `first`, the pending token; each queued step takes as its pending token the
   // `next` its predecessor left (where it was computed: on the device for CUDA) and verifies
-  // `draft` after it, so the host can queue step n+1, with a draft guessed from what step n
-  // may keep, before step n's verdict is read. next_verdict() waits for the oldest queued
+  // `draft` after it, so the host can queue step n+1 before step n's verdict is read (the
+  // scheduler queues plain steps so: runtime/scheduler.h run_greedy). next_verdict() waits for the oldest queued
   // step and gives its verdict; kv_len() counts the steps whose verdicts were read. At most
   // two steps are queued. end_greedy_run() drops the steps still queued (their cache entries
   // rolled back). runs_ahead(): whether queued steps really run while the host works (CUDA);

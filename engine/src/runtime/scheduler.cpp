@@ -323,36 +323,31 @@ void Speculator::run_greedy(std::vector<int32_t>& cached, int32_t pending, int b
   context_.assign(cached.begin(), cached.end());
   context_.push_back(pending);  // what the host knows: the cache, then the pending token
   int kv = target_.kv_len(), emitted = 0;
-  std::vector<int32_t> guessed;
 
-  // Queues one step behind those queued, if one fits: each queued step counted at its most
-  // (its whole draft and its own token) against the context and the budget.
+  // Queues a step, if one fits: each queued step counted at its most (its whole draft and its
+  // own token) against the context and the budget. Behind a queued, unread step only a plain
+  // step is queued, and only when no drafter would draft: a draft chosen before the step
+  // before is read would be chosen from a guess (measured on an H200: guessed drafts lost more
+  // than the idle GPU they saved), so then the step waits for that verdict.
   const auto enqueue = [&] {
     int positions = kv, out = emitted;
     for (const Queued& q : queue) positions += 1 + int(q.draft.size()), out += 1 + int(q.draft.size());
     const int k_max = std::min({k_limit, capacity - positions - 1, budget - out - 1});
     if (k_max < 0) return false;
     Queued q;
-    fade();
-    guessed = context_;
-    const bool guessing = !queue.empty();
-    if (guessing) {
-      // The step before is unread: assume it keeps its draft (if that still stands), and let the
-      // drafter's first token stand for its own token.
-      const Queued& before = queue.back();
-      q.assumed_accepted = before.consistent ? int(before.draft.size()) : 0;
-      guessed.insert(guessed.end(), before.draft.begin(), before.draft.begin() + q.assumed_accepted);
-    }
-    const int extra = guessing ? 1 : 0;
-    if (!drafters_.empty() && k_max > 0) {
-      Choice choice = choose(guessed, k_max + extra, sampler);
+    if (!queue.empty()) {
+      if (!queue.back().draft.empty()) return false;
+      // The step before is plain: the drafter's first token would stand for its unknown token.
+      if (!drafters_.empty() && k_max > 0 && choose(context_, k_max + 1, sampler).drafter >= 0) return false;
+      fade();
+    } else if (fade(); !drafters_.empty() && k_max > 0) {
+      Choice choice = choose(context_, k_max, sampler);
       if (choice.drafter >= 0) {
-        Draft draft = drafted(choice, guessed, sampler);
-        if (int(draft.tokens.size()) > extra) {
+        Draft draft = drafted(choice, context_, sampler);
+        if (!draft.tokens.empty()) {
           q.drafter = choice.drafter;
           q.bucket = draft.bucket;
-          if (guessing) q.guess = draft.tokens[0];
-          q.draft.assign(draft.tokens.begin() + extra, draft.tokens.begin() + std::min<int>(int(draft.tokens.size()), k_max + extra));
+          q.draft.assign(draft.tokens.begin(), draft.tokens.begin() + std::min<int>(int(draft.tokens.size()), k_max));
         }
       }
     }
@@ -378,12 +373,7 @@ void Speculator::run_greedy(std::vector<int32_t>& cached, int32_t pending, int b
         std::span<const float> hidden;
         if (wants_hidden_) hidden = target_.hidden().first(size_t(keep) * size_t(target_.config().hidden_size));
         feed(pos0, std::span<const int32_t>(cached).subspan(kept_from), hidden);
-        if (step.drafter >= 0) record(step.drafter, step.bucket, int(step.draft.size()), v.accepted, step.consistent);
-        // The step queued behind this one was chosen assuming what this one produced.
-        if (!queue.empty()) {
-          Queued& after = queue.front();
-          after.consistent = after.drafter < 0 || (after.assumed_accepted == v.accepted && after.guess == v.next);
-        }
+        if (step.drafter >= 0) record(step.drafter, step.bucket, int(step.draft.size()), v.accepted, true);
         context_.insert(context_.end(), kept_drafts.begin(), kept_drafts.end());
         context_.push_back(v.next);
         std::vector<int32_t> tokens(kept_drafts.begin(), kept_drafts.end());

@@ -93,13 +93,14 @@ class Speculator {
   // The request ended; `all_tokens` is what it left in the cache.
   void end(std::span<const int32_t> all_tokens);
 
-  // Greedy decoding with the target's steps queued one ahead (Backend::enqueue_verify_greedy,
-  // issue 19's host run-ahead): step n+1's draft is chosen while step n runs, from the context
-  // step n leaves if it keeps its whole draft, the drafter's first token standing for step n's
-  // own token (unknown yet). A step whose guess turns out wrong still verifies losslessly; it
-  // keeps little. From `pending` (emitted, not yet in the cache), hands each step's tokens
-  // (accepted drafts, then the target's token) to on_step until it returns false or no step
-  // fits the context or `budget`; `cached` grows by what the cache keeps.
+  // Greedy decoding with the target's steps queued ahead of the host (Backend::
+  // enqueue_verify_greedy, issue 19's host run-ahead): while a plain step runs, the next plain
+  // step is already queued (its input is the token the first leaves on the device), so the
+  // GPU does not wait for the host between them; a step with a draft is chosen after the
+  // verdict before it, from the tokens known. From `pending` (emitted, not yet in the cache),
+  // hands each step's tokens (accepted drafts, then the target's token) to on_step, one step
+  // late, until it returns false or no step fits the context or `budget`; a step queued past
+  // the stop is dropped. `cached` grows by what the cache keeps.
   using StepSink = std::function<bool(std::span<const int32_t> tokens, int drafted, int accepted)>;
   void run_greedy(std::vector<int32_t>& cached, int32_t pending, int budget, Sampler& sampler, const StepSink& on_step);
 
@@ -129,15 +130,11 @@ class Speculator {
     double draft_ms() const;
   };
 
-  // A step queued by run_greedy: its drafter (-1: a plain step) and draft, and what it assumed
-  // of the step before it (that one's accepted count and own token) when it was chosen.
+  // A step queued by run_greedy: its drafter (-1: a plain step) and draft.
   struct Queued {
     int drafter = -1;
     int bucket = 0;
     std::vector<int32_t> draft;
-    int assumed_accepted = -1;  // -1: it assumed nothing (the run's first step)
-    int32_t guess = -1;
-    bool consistent = true;  // the step before produced what it assumed
   };
 
   // The k in [0, k_max] with the most expected tokens per unit of time; gain 1 at k = 0.
