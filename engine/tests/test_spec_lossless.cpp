@@ -69,6 +69,15 @@ std::vector<std::unique_ptr<Drafter>> one(std::unique_ptr<Drafter> d) {
   return v;
 }
 
+// A speculator over `backend` with one drafter, and a generator using it.
+struct Speculating {
+  std::unique_ptr<Speculator> spec;
+  Generator generator;
+  Speculating(Backend& backend, std::unique_ptr<Drafter> d, int max_draft = 8, bool adaptive = false)
+      : spec(speculator(backend, one(std::move(d)), max_draft, adaptive)),
+        generator(backend, GeneratorOptions{.speculator = spec.get()}) {}
+};
+
 std::vector<int32_t> joined(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   std::vector<int32_t> out = a;
   out.insert(out.end(), b.begin(), b.end());
@@ -94,10 +103,8 @@ TEST_CASE("greedy speculation equals plain greedy for right, wrong and lookup dr
         if (which == 0) d = std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab);
         if (which == 1) d = std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Wrong, kVocab);
         if (which >= 2) d = std::make_unique<LookupDrafter>();
-        auto spec = speculator(backend, one(std::move(d)), 8, which == 3);
-        GeneratorOptions options;
-        options.speculator = spec.get();
-        Generator g(backend, options);
+        Speculating spec(backend, std::move(d), 8, which == 3);
+        Generator& g = spec.generator;
         const Run got = run(g, r);
         CHECK(got.tokens == expected.tokens);
         CHECK(got.result.finish == expected.result.finish);
@@ -155,11 +162,8 @@ TEST_CASE("no verify is wider than the target's widest, and the output stays the
     const Run expected = plain(r);
     MarkovBackend backend(kVocab, kContext);
     backend.verify_width = 3;
-    auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab)));
-    backend.widths.clear();  // the cost table's forwards
-    GeneratorOptions options;
-    options.speculator = spec.get();
-    Generator g(backend, options);
+    Speculating spec(backend, std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab));
+    Generator& g = spec.generator;
     const Run got = run(g, r);
     CHECK(got.tokens == expected.tokens);
     CHECK(got.result.stats.speculation.accepted > 0);
@@ -177,10 +181,8 @@ TEST_CASE("queued ahead: plain steps queue behind plain steps, drafts wait for t
   {
     MarkovBackend backend(kVocab, kContext);
     backend.run_ahead = true;
-    auto spec = speculator(backend, one(std::make_unique<LookupDrafter>()), 8, true);
-    GeneratorOptions options;
-    options.speculator = spec.get();
-    Generator g(backend, options);
+    Speculating spec(backend, std::make_unique<LookupDrafter>(), 8, true);
+    Generator& g = spec.generator;
     CHECK(run(g, r).tokens == expected.tokens);
     CHECK(backend.most_queued == 2);  // a plain step was queued while the one before was unread
     CHECK(backend.queued == 0);       // nothing left queued at the end
@@ -190,10 +192,8 @@ TEST_CASE("queued ahead: plain steps queue behind plain steps, drafts wait for t
     // kept whole, and a step is never queued behind an unread one.
     MarkovBackend backend(kVocab, kContext);
     backend.run_ahead = true;
-    auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab)));
-    GeneratorOptions options;
-    options.speculator = spec.get();
-    Generator g(backend, options);
+    Speculating spec(backend, std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab));
+    Generator& g = spec.generator;
     const Run got = run(g, r);
     CHECK(got.tokens == expected.tokens);
     CHECK(backend.most_queued == 1);
@@ -212,10 +212,8 @@ TEST_CASE("drafts never run past the tokens a request may still emit, nor past t
       const GenerateRequest r = greedy(prompt, max_tokens);
       const Run expected = plain(r);
       MarkovBackend backend(kVocab, kContext);
-      auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab)));
-      GeneratorOptions options;
-      options.speculator = spec.get();
-      Generator g(backend, options);
+      Speculating spec(backend, std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab));
+      Generator& g = spec.generator;
       const Run got = run(g, r);
       CHECK(got.tokens == expected.tokens);
       CHECK(got.result.finish == FinishReason::Length);
@@ -230,10 +228,8 @@ TEST_CASE("drafts never run past the tokens a request may still emit, nor past t
       CHECK(expected.result.finish == FinishReason::Context);
       for (auto mode : {KnownDrafter::Right, KnownDrafter::Wrong}) {
         MarkovBackend backend(kVocab, context);
-        auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), mode, kVocab)));
-        GeneratorOptions options;
-        options.speculator = spec.get();
-        Generator g(backend, options);
+        Speculating spec(backend, std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), mode, kVocab));
+        Generator& g = spec.generator;
         const Run got = run(g, r);
         CHECK(got.tokens == expected.tokens);
         CHECK(got.result.finish == FinishReason::Context);
@@ -256,10 +252,8 @@ TEST_CASE("a stop token inside an accepted run ends the output exactly where pla
       const Run expected = plain(r);
       REQUIRE(expected.result.finish == FinishReason::Stop);
       MarkovBackend backend(kVocab, kContext);
-      auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, free_run.tokens), KnownDrafter::Right, kVocab)));
-      GeneratorOptions options;
-      options.speculator = spec.get();
-      Generator g(backend, options);
+      Speculating spec(backend, std::make_unique<KnownDrafter>(joined(prompt, free_run.tokens), KnownDrafter::Right, kVocab));
+      Generator& g = spec.generator;
       const Run got = run(g, r);
       CHECK(got.tokens == expected.tokens);
       CHECK(got.result.finish == FinishReason::Stop);
@@ -283,10 +277,8 @@ TEST_CASE("cancellation and deadlines arriving mid-verify end with a prefix of t
       for (int kind = 0; kind < 2; ++kind) {
         CAPTURE(kind);
         MarkovBackend backend(kVocab, kContext);
-        auto spec = speculator(backend, one(std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab)), 4);
-        GeneratorOptions options;
-        options.speculator = spec.get();
-        Generator g(backend, options);
+        Speculating spec(backend, std::make_unique<KnownDrafter>(joined(prompt, expected.tokens), KnownDrafter::Right, kVocab), 4);
+        Generator& g = spec.generator;
         std::atomic<bool> cancel{false};
         int verifies = 0;
         GenerateRequest r = greedy(prompt, 40);
