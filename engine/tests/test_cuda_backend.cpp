@@ -15,8 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "model/half.h"
+#include "model/quantize.h"
 #include "cuda/cuda_backend.h"
 #include "cuda_test_util.h"
+#include "model_compare.h"
 #include "cuda/device_memory.h"
 #include "cuda/kernels.h"
 #include "model/weights.h"
@@ -551,6 +553,37 @@ TEST_CASE("cuda backend: greedy verify on the device keeps what the CPU's argmax
       check_device_verify(fixture(name));
       unsetenv("RUNAHEAD_CUDA_PERSISTENT");
     }
+}
+
+// The persistent kernel's shared-memory limit belongs to the process: a second model's plan
+// (a draft model, an MTP layer) of other widths must leave the first one's launches valid
+// (a smaller plan once cut them to "invalid argument": speculation auto on the embedded model).
+TEST_CASE("cuda backend: a second model's persistent step leaves the first model's launches valid") {
+  if (!have_device()) return;
+  auto big_weights = with_bf16_matrices(test::load_shared(test::kEmbeddedModel));
+  setenv("RUNAHEAD_CUDA_PERSISTENT", "1", 1);
+  auto big = make_cuda_backend(big_weights, BackendOptions{});
+  auto small = make_cuda_backend(fixture("qwen2-tied-bf16"), BackendOptions{});
+  unsetenv("RUNAHEAD_CUDA_PERSISTENT");
+  REQUIRE(big->describe()["optimizations"]["decode_step"].get<std::string>().rfind("one persistent kernel", 0) == 0);
+  REQUIRE(small->describe()["optimizations"]["decode_step"].get<std::string>().rfind("one persistent kernel", 0) == 0);
+  auto cpu = make_cpu_backend(big_weights, BackendOptions{});
+  const std::vector<int32_t> prompt = {12, 400, 9, 77, 3051, 18};
+  const int V = big_weights->config.vocab_size;
+  std::vector<float> logits;
+  cpu->forward(prompt, 1, logits);
+  std::vector<int32_t> expected = {argmax_of(logits, 0, V)};
+  for (int i = 0; i < 8; ++i) {
+    cpu->forward(std::span<const int32_t>(&expected.back(), 1), 1, logits);
+    expected.push_back(argmax_of(logits, 0, V));
+  }
+  big->forward(prompt, 1, logits);
+  std::vector<int32_t> got = {argmax_of(logits, 0, V)};
+  CHECK_NOTHROW(big->decode(got[0], 8, SamplingParams{}, [&](int32_t t) {
+    got.push_back(t);
+    return true;
+  }));
+  CHECK(got == expected);
 }
 
 TEST_CASE("cuda backend: the tensor-core prefill path stays close to the CPU backend") {

@@ -22,6 +22,7 @@
 // last block to finish reduces and passes to StepEnd.
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 
 #include "cuda/common.cuh"
 #include "cuda/decode_step.h"
@@ -701,8 +702,19 @@ DecodeStepPlan plan_decode_step(const DecodeStep& s, int device) {
     plan.stages = int(std::min<size_t>(kMaxStages, (optin - fixed) / kStageBytes));
     plan.smem = size_t(plan.stages) * kStageBytes + in_bytes;
     plan.blocks = prop.multiProcessorCount;
-    check_cuda(cudaFuncSetAttribute(decode_step_kernel<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem)),
-               "cudaFuncSetAttribute");
+    // The limit belongs to the kernel, so to the whole process: a target and its draft model (or
+    // MTP layer) plan different sizes, and a later, smaller plan must not cut an earlier one's
+    // launches short (they fail with "invalid argument"). It is only ever raised.
+    static std::mutex raising;
+    static size_t most = 0;
+    {
+      const std::lock_guard<std::mutex> lock(raising);
+      if (plan.smem > most) {
+        check_cuda(cudaFuncSetAttribute(decode_step_kernel<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem)),
+                   "cudaFuncSetAttribute");
+        most = plan.smem;
+      }
+    }
     int resident = 0;
     check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, decode_step_kernel<W>, kStepThreads, plan.smem),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
