@@ -257,7 +257,7 @@ TEST_CASE("quant: matvec of every kernel table matches a double reference on the
         for (const QuantKernels* k : tables) {
           INFO(std::string(k->simd) << " " << std::string(quant_format(t).name) << " rows " << rows << " cols " << cols);
           std::vector<float> y(rows, NAN);
-          k->rows(t)(q.data(), quant_row_bytes(t, cols), 0, rows, cols, xq, y.data());
+          k->rows(t)(q.data(), quant_row_bytes(t, cols), 0, rows, cols, &xq, 1, y.data(), 0);
           for (int64_t r = 0; r < rows; ++r) {
             // Exact on the dequantized weights; the only error allowed is the activations'
             // rounding (at most d_x/2 per element) and f32 accumulation.
@@ -275,7 +275,7 @@ TEST_CASE("quant: matvec of every kernel table matches a double reference on the
         // Against portable, for each SIMD table (run after the portable result exists).
         for (const QuantKernels* k : tables) {
           std::vector<float> y(rows);
-          k->rows(t)(q.data(), quant_row_bytes(t, cols), 0, rows, cols, xq, y.data());
+          k->rows(t)(q.data(), quant_row_bytes(t, cols), 0, rows, cols, &xq, 1, y.data(), 0);
           for (int64_t r = 0; r < rows; ++r) {
             INFO(std::string(k->simd) << " " << std::string(quant_format(t).name) << " row " << r);
             CHECK(std::fabs(y[r] - portable[r]) <= 1e-5f * (1.0f + std::fabs(portable[r])) + 1e-4f);
@@ -286,12 +286,60 @@ TEST_CASE("quant: matvec of every kernel table matches a double reference on the
   }
 }
 
-TEST_CASE("quant: the threaded matvec and the prefill matmul of 1 to 7 tokens equal the rows kernel") {
+TEST_CASE("quant: every kernel table's multi-token rows give each of n = 2..9 and 64 tokens its single-token result") {
+  // 67 rows leave a remainder after any row tile; 800 columns are an odd number of 32-blocks.
+  const int64_t rows = 67;
+  const int kMaxTokens = 64;
+  for (QuantType t : kTypes) {
+    const int64_t cols = quant_format(t).block_elems == 256 ? 768 : 800;
+    const std::vector<float> w = weights(rows * cols, uint64_t(cols) + 11);
+    const auto q = quantize(t, w, rows, cols);
+    const auto deq = dequantize(t, q, rows, cols);
+    std::vector<float> x(kMaxTokens * cols);
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& v : x) v = normal(rng);
+    std::vector<Q8Activations> xq(kMaxTokens);
+    for (int tok = 0; tok < kMaxTokens; ++tok) xq[tok].quantize(&x[tok * cols], cols);
+    std::vector<float> first_simd;  // Q8_0: the AVX-512 and AVX2 tiles add in the same order
+    for (const QuantKernels* k : available_quant_kernels()) {
+      const QuantMatmulRowsFn fn = k->rows(t);
+      std::vector<float> single(kMaxTokens * rows);
+      for (int tok = 0; tok < kMaxTokens; ++tok)
+        fn(q.data(), quant_row_bytes(t, cols), 0, rows, cols, &xq[tok], 1, &single[tok * rows], 0);
+      if (t == QuantType::Q8_0 && std::string(k->simd) != "portable") {
+        if (first_simd.empty()) first_simd = single;
+        for (size_t i = 0; i < single.size(); ++i) REQUIRE(single[i] == first_simd[i]);
+      }
+      for (const int n : {2, 3, 4, 5, 6, 7, 8, 9, kMaxTokens}) {
+        INFO(std::string(k->simd) << " " << std::string(quant_format(t).name) << " tokens " << n);
+        std::vector<float> y(n * rows, NAN);
+        fn(q.data(), quant_row_bytes(t, cols), 0, 5, cols, xq.data(), n, y.data(), rows);  // a range, then the rest
+        fn(q.data(), quant_row_bytes(t, cols), 5, rows, cols, xq.data(), n, y.data() + 5, rows);
+        for (int tok = 0; tok < n; ++tok)
+          for (int64_t r = 0; r < rows; ++r) {
+            INFO("token " << tok << " row " << r);
+            REQUIRE(y[tok * rows + r] == single[tok * rows + r]);
+            double ref = 0, bound = 0, mag = 0;  // as in the matvec test above
+            for (int64_t i = 0; i < cols; ++i) {
+              const double wi = deq[r * cols + i];
+              ref += wi * x[tok * cols + i];
+              bound += std::fabs(wi) * xq[tok].d[i / 32] * 0.5;
+              mag += std::fabs(wi * x[tok * cols + i]);
+            }
+            REQUIRE(std::fabs(y[tok * rows + r] - ref) <= bound + 1e-5 * mag + 1e-6);
+          }
+      }
+    }
+  }
+}
+
+TEST_CASE("quant: the threaded matvec and the prefill matmul of 1 to 9 tokens equal the rows kernel") {
   ThreadPool pool(2);
   const QuantKernels& k = select_quant_kernels();
   const int64_t rows = 301, cols = 512;
   const std::vector<float> w = weights(rows * cols, 7);
-  std::vector<float> x(7 * cols);
+  std::vector<float> x(9 * cols);
   std::mt19937_64 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& v : x) v = normal(rng);
@@ -299,7 +347,7 @@ TEST_CASE("quant: the threaded matvec and the prefill matmul of 1 to 7 tokens eq
     INFO(std::string(quant_format(t).name));
     const auto q = quantize(t, w, rows, cols);
     const QuantMatrix m{t, q.data(), rows, cols};
-    for (int n = 1; n <= 7; ++n) {
+    for (int n = 1; n <= 9; ++n) {
       INFO("tokens " << n);
       std::vector<float> y(n * rows);
       matmul_quant(pool, k, m, x.data(), n, y.data());
@@ -307,7 +355,7 @@ TEST_CASE("quant: the threaded matvec and the prefill matmul of 1 to 7 tokens eq
       for (int tok = 0; tok < n; ++tok) {
         std::vector<float> one(rows), direct(rows);
         matvec_quant(pool, k, m, &x[tok * cols], xq, one.data());
-        k.rows(t)(q.data(), m.row_bytes(), 0, rows, cols, xq, direct.data());
+        k.rows(t)(q.data(), m.row_bytes(), 0, rows, cols, &xq, 1, direct.data(), 0);
         for (int64_t r = 0; r < rows; ++r) {
           REQUIRE(one[r] == direct[r]);
           REQUIRE(y[tok * rows + r] == direct[r]);

@@ -1,14 +1,18 @@
 // quant-matvec-bench: ms per decode matvec y[rows] = W[rows, cols] x[cols] of the block
 // formats (Q8_0, Q4_K, Q6_K, on int8 activations) next to the engine's bf16 kernel, and the
 // read-bandwidth bound of each one's bytes, measured in the same run on the same threads.
+// Then the same matrix times n = 1, 2, 4, 8, 9 tokens (speculative verify widths) and 64
+// (a prefill chunk) through matmul_quant, as ms and as a multiple of n = 1's ms.
 //   quant-matvec-bench [--threads N] [--iters N]
 // Shapes: Qwen2.5-0.5B's largest matrices (down 896x4864, gate/up 4864x896, lm_head
-// 151936x896) and 1.5B's MLP (1536x8960, 8960x1536). Q4_K/Q6_K need cols % 256 == 0.
+// 151936x896), 1.5B's MLP (1536x8960, 8960x1536) and the shipped runahead-coder's lm_head and
+// down (16384x384, 384x1024). Q4_K/Q6_K need cols % 256 == 0.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -67,13 +71,18 @@ int main(int argc, char** argv) {
   const double bandwidth = read_bandwidth(pool, kernels, size_t(512) << 20, 5);
   std::printf("threads %d, kernels %s / quant %s, read bandwidth %.1f GB/s\n", threads, kernels.simd, qk.simd,
               bandwidth / 1e9);
-  std::printf("%-22s %-5s %10s %10s %10s %8s\n", "matrix rows x cols", "fmt", "MB", "ms", "bound ms", "of bound");
+  constexpr int kTokens[] = {1, 2, 4, 8, 9, 64};
+  std::printf("%-22s %-5s %8s %8s %8s %8s", "matrix rows x cols", "fmt", "MB", "ms", "bound ms", "of bound");
+  for (int n : kTokens) std::printf("  %14s", ("n=" + std::to_string(n) + " ms (xn1)").c_str());
+  std::printf("\n");
 
   const Shape shapes[] = {{"0.5B down 896x4864", 896, 4864},
                           {"0.5B gate/up 4864x896", 4864, 896},
                           {"0.5B lm_head 151936x896", 151936, 896},
                           {"1.5B down 1536x8960", 1536, 8960},
-                          {"1.5B gate/up 8960x1536", 8960, 1536}};
+                          {"1.5B gate/up 8960x1536", 8960, 1536},
+                          {"coder lm_head 16384x384", 16384, 384},
+                          {"coder down 384x1024", 384, 1024}};
   for (const Shape& s : shapes) {
     uint64_t seed = 0x9E3779B97F4A7C15ull ^ uint64_t(s.rows * s.cols);
     std::vector<float> x = random_row(s.cols, seed);
@@ -90,8 +99,7 @@ int main(int argc, char** argv) {
     }
     auto report = [&](const char* fmt, size_t bytes, double ms) {
       const double bound = double(bytes) / bandwidth * 1e3;
-      std::printf("%-22s %-5s %10.2f %10.3f %10.3f %7.0f%%\n", s.name, fmt, double(bytes) / 1e6, ms, bound,
-                  100 * bound / ms);
+      std::printf("%-22s %-5s %8.2f %8.3f %8.3f %7.0f%%", s.name, fmt, double(bytes) / 1e6, ms, bound, 100 * bound / ms);
     };
     const double bf16_ms = median_ms(iters, [&] {
       pool.for_range(s.rows, 8, [&](int64_t begin, int64_t end) {
@@ -99,6 +107,10 @@ int main(int argc, char** argv) {
       });
     });
     report("bf16", bf16.size() * 2, bf16_ms);
+    std::printf("\n");
+    const int most = kTokens[std::size(kTokens) - 1];
+    std::vector<float> xs(size_t(most) * s.cols), ys(size_t(most) * s.rows);
+    for (int64_t t = 0; t < most; ++t) std::copy(x.begin(), x.end(), xs.begin() + t * s.cols);
     Q8Activations xq;
     for (QuantType t : {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K}) {
       if (quant[int(t)].empty()) {
@@ -107,7 +119,13 @@ int main(int argc, char** argv) {
         continue;
       }
       const QuantMatrix m{t, quant[int(t)].data(), s.rows, s.cols};
-      report(quant_format(t).name, quant[int(t)].size(), median_ms(iters, [&] { matvec_quant(pool, qk, m, x.data(), xq, y.data()); }));
+      const double one_ms = median_ms(iters, [&] { matvec_quant(pool, qk, m, x.data(), xq, y.data()); });
+      report(quant_format(t).name, quant[int(t)].size(), one_ms);
+      for (int n : kTokens) {
+        const double ms = median_ms(std::max(3, iters * 4 / n), [&] { matmul_quant(pool, qk, m, xs.data(), n, ys.data()); });
+        std::printf("  %7.3f (%4.2f)", ms, ms / one_ms);
+      }
+      std::printf("\n");
     }
   }
   return 0;

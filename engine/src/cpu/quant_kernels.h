@@ -29,18 +29,31 @@ struct Q8Activations {
 using QuantMatvecRowsFn = void (*)(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end,
                                    int64_t cols, const Q8Activations& x, float* y);
 
+// y[t * ldy + r - row_begin] = sum_i W[r, i] x[t][i]   for r in [row_begin, row_end), t in [0, n):
+// the rows of W times n quantized tokens. A kernel gives every (r, t) the same result for any
+// n, so a token's logits do not depend on how many tokens were verified with it.
+using QuantMatmulRowsFn = void (*)(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end,
+                                   int64_t cols, const Q8Activations* x, int n, float* y, int64_t ldy);
+
+// A format with no multi-token kernel yet: the rows kernel once per token.
+template <QuantMatvecRowsFn rows>
+void rows_per_token(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
+                    const Q8Activations* x, int n, float* y, int64_t ldy) {
+  for (int t = 0; t < n; ++t) rows(w, row_bytes, row_begin, row_end, cols, x[t], y + t * ldy);
+}
+
 struct QuantKernels {
   const char* simd;  // "avx512-vnni", "avx2", "portable"
-  QuantMatvecRowsFn q8_0;
-  QuantMatvecRowsFn q4_k;
-  QuantMatvecRowsFn q6_k;
-  QuantMatvecRowsFn q4_0;
-  QuantMatvecRowsFn q5_0;
-  QuantMatvecRowsFn q5_k;
-  QuantMatvecRowsFn q4_1;
-  QuantMatvecRowsFn q5_1;
+  QuantMatmulRowsFn q8_0;
+  QuantMatmulRowsFn q4_k;
+  QuantMatmulRowsFn q6_k;
+  QuantMatmulRowsFn q4_0;
+  QuantMatmulRowsFn q5_0;
+  QuantMatmulRowsFn q5_k;
+  QuantMatmulRowsFn q4_1;
+  QuantMatmulRowsFn q5_1;
 
-  QuantMatvecRowsFn rows(QuantType t) const {
+  QuantMatmulRowsFn rows(QuantType t) const {
     switch (t) {
       case QuantType::Q8_0: return q8_0;
       case QuantType::Q4_K: return q4_k;

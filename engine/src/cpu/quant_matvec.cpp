@@ -13,21 +13,21 @@ constexpr size_t kTileBytes = 64u << 10;  // weight bytes of one prefill tile (f
 void matvec_quant(ThreadPool& pool, const QuantKernels& kernels, const QuantMatrix& w, const float* x,
                   Q8Activations& xq, float* y) {
   xq.quantize(x, w.cols);
-  const QuantMatvecRowsFn rows = kernels.rows(w.type);
+  const QuantMatmulRowsFn rows = kernels.rows(w.type);
   const size_t row_bytes = w.row_bytes();
   pool.for_range(w.rows, kRowAlign, [&](int64_t begin, int64_t end) {
-    rows(w.data, row_bytes, begin, end, w.cols, xq, y + begin);
+    rows(w.data, row_bytes, begin, end, w.cols, &xq, 1, y + begin, 0);
   });
 }
 
 void matmul_quant_rows(const QuantKernels& kernels, const QuantMatrix& w, int64_t row_begin, int64_t row_end,
                        const Q8Activations* xq, int n, float* y) {
-  const QuantMatvecRowsFn rows = kernels.rows(w.type);
+  const QuantMatmulRowsFn rows = kernels.rows(w.type);
   const size_t row_bytes = w.row_bytes();
   const int64_t tile = std::max<int64_t>(1, int64_t(kTileBytes / row_bytes));
   for (int64_t r0 = row_begin; r0 < row_end; r0 += tile) {
     const int64_t r1 = std::min(row_end, r0 + tile);
-    for (int t = 0; t < n; ++t) rows(w.data, row_bytes, r0, r1, w.cols, xq[t], y + int64_t(t) * w.rows + r0);
+    rows(w.data, row_bytes, r0, r1, w.cols, xq, n, y + r0, w.rows);
   }
 }
 

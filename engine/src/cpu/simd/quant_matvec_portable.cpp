@@ -100,14 +100,14 @@ void matvec_32_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64
 
 const QuantKernels& portable_quant_kernels() {
   static const QuantKernels k{"portable",
-                              &matvec_q8_0_rows,
-                              &matvec_k_rows<BlockQ4_K>,
-                              &matvec_q6_k_rows,
-                              &matvec_32_rows<BlockQ4_0>,
-                              &matvec_32_rows<BlockQ5_0>,
-                              &matvec_k_rows<BlockQ5_K>,
-                              &matvec_32_rows<BlockQ4_1>,
-                              &matvec_32_rows<BlockQ5_1>};
+                              &rows_per_token<&matvec_q8_0_rows>,
+                              &rows_per_token<&matvec_k_rows<BlockQ4_K>>,
+                              &rows_per_token<&matvec_q6_k_rows>,
+                              &rows_per_token<&matvec_32_rows<BlockQ4_0>>,
+                              &rows_per_token<&matvec_32_rows<BlockQ5_0>>,
+                              &rows_per_token<&matvec_k_rows<BlockQ5_K>>,
+                              &rows_per_token<&matvec_32_rows<BlockQ4_1>>,
+                              &rows_per_token<&matvec_32_rows<BlockQ5_1>>};
   return k;
 }
 
