@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/quant_blocks.h"
+#include "model/quant_blocks.h"
 #include "model/half.h"
 #include "model/numerics.h"
 #include "model/weights.h"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "model/half.h"
-#include "cpu/quant_blocks.h"
+#include "model/quant_blocks.h"
 #include "cpu/quant_kernels.h"
 #include "cpu/quant_matvec.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/quant_blocks.h"
+#include "model/quant_blocks.h"
 #include "cpu/quant_matvec.h"
 #include "cpu/read_bandwidth.h"
 #include "cpu/simd/kernels.h"

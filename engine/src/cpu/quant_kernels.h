@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu/quant_format.h"
+#include "model/quant_format.h"
 
 namespace runahead {
 

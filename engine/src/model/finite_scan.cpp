@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu/quant_blocks.h"
+#include "model/quant_blocks.h"
 #include "model/model_error.h"
 
 namespace runahead {

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cpu/quant_format.h"
+#include "model/quant_format.h"
 #include "model/tensor.h"
 
 namespace runahead {
@@ -57,7 +57,7 @@ struct GgufTensor {
 
   // F32/F16/BF16 as the engine's dense DType; nullopt for a block format.
   std::optional<DType> dense_dtype() const;
-  // A block format of cpu/quant_format.h (Q8_0, Q4_K, ...); nullopt for a dense type.
+  // A block format of model/quant_format.h (Q8_0, Q4_K, ...); nullopt for a dense type.
   std::optional<QuantType> quant_type() const;
   // The view (data, storage format, shape) under `name`: a dense dtype or a block format.
   Tensor view(const std::string& name) const;

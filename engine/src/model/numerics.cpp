@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cpu/quant_blocks.h"
+#include "model/quant_blocks.h"
 #include "model/half.h"
 
 namespace runahead {

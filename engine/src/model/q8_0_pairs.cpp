@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "cpu/quant_format.h"
+#include "model/quant_format.h"
 #include "model/model_error.h"
 
 namespace runahead {

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "cpu/quant_blocks.h"
+#include "model/quant_blocks.h"
 #include "model/error.h"
 #include "model/half.h"
 #include "model/layout.h"

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "cpu/quant_format.h"
+#include "model/quant_format.h"
 #include "model/weights.h"
 
 namespace runahead {

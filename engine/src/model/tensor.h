@@ -1,6 +1,6 @@
 #pragma once
 // A non-owning view of a weight tensor (memory-mapped or owned elsewhere), in its storage
-// format: a dense dtype (one value per element) or a block format (cpu/quant_format.h),
+// format: a dense dtype (one value per element) or a block format (model/quant_format.h),
 // where each row of the last dimension is a run of blocks.
 #include <cstddef>
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/quant_format.h"
+#include "model/quant_format.h"
 
 namespace runahead {
 

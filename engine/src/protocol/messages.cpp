@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "cpu/quant_format.h"
+#include "model/quant_format.h"
 #include "model/config.h"
 #include "protocol/requests.h"
 #include "runtime/session.h"

@@ -1,4 +1,4 @@
-#include "cpu/quant_blocks.h"
+#include "model/quant_blocks.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 // against, and the quantizer for tests and for weights quantized at load time.
 #include <cstdint>
 
-#include "cpu/quant_format.h"
+#include "model/quant_format.h"
 
 namespace runahead {
 
