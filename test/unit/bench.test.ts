@@ -151,6 +151,32 @@ describe('benchmark run (fake sources)', () => {
   });
 });
 
+describe('benchmark: configurations whose engine loaded with warnings', () => {
+  // A warning that leaves the configuration as asked runs it (and logs the warning); one whose
+  // load report shows another speculation mode than the row's name does not.
+  const degraded = (mode: string) => ({
+    ...fakeSource(() => 'x'),
+    status: { state: 'degraded' as const, message: '', warnings: ['the q8_0 weights run widened to bf16 on the GPU'], restarts: 0 },
+    loadReport: { backend: 'cuda', speculation: { mode } },
+  });
+  it('runs a row whose load report shows its own mode, and drops one whose mode changed', async () => {
+    const logged: string[] = [];
+    const r = await runBenchmark({ ...defaultParams(true), workloads: ['fim'], configurations: ['off', 'lookup', 'mtp'], tasks: 2 }, {
+      settings: defaultSettings,
+      log: (_level, line) => logged.push(line),
+      files: [],
+      makeSource: (c) => (c === 'off' ? fakeSource(() => 'x') : degraded(c === 'lookup' ? 'lookup' : 'off')),
+    });
+    const rows = r.results.find((w) => w.workload === 'fim')!.configurations;
+    const lookup = rows.find((c) => c.configuration === 'lookup')!;
+    const mtp = rows.find((c) => c.configuration === 'mtp')!;
+    assert.equal(lookup.error, undefined);
+    assert.equal(lookup.tasks, 2);
+    assert.ok(logged.some((l) => l.startsWith('lookup: ') && l.includes('widened to bf16')));
+    assert.match(mtp.error ?? '', /^degraded: .*widened to bf16/);
+  });
+});
+
 describe('benchmark report', () => {
   let result: BenchmarkResult;
   before(async () => {

@@ -297,7 +297,7 @@ export async function runBenchmark(params: BenchmarkParams, env: BenchmarkEnv): 
       configs.push(c);
       const ok = await readyOrFailed(c.source, 120_000);
       const status = c.source.status;
-      c.report = c.source instanceof EngineSource ? c.source.supervisor.loadReport : undefined;
+      c.report = c.source instanceof EngineSource ? c.source.supervisor.loadReport : (c.source as { loadReport?: LoadReport }).loadReport;
       if (!ok || status.state === 'error') c.error = status.message || 'not ready';
       else if (status.state === 'degraded') {
         // A warning that leaves the configuration as asked (quantized weights widened on the GPU)
