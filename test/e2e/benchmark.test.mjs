@@ -5,11 +5,10 @@
 // tables equal to that JSON. The webview must log no CSP violation or error.
 // One code-server start. Screenshots: test/artifacts/e2e/benchmark/.
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chooseModel, installExtension, makeRunDir, repoRoot, startCodeServer, stopRun } from './codeServer.mjs';
-import { ensureTools } from './tools.mjs';
-import { buildVsix } from './vsix.mjs';
+import { installExtension, makeRunDir, repoRoot, startCodeServer, stopRun } from './codeServer.mjs';
+import { prepareSuite } from './suite.mjs';
 import { Workbench } from './workbench.mjs';
 
 const artifacts = join(repoRoot, 'test', 'artifacts', 'e2e', 'benchmark');
@@ -35,11 +34,9 @@ describe('Benchmark from the command palette (code-server + headless Chromium)',
 
   before(async function () {
     this.timeout(60 * 60_000);
-    rmSync(artifacts, { recursive: true, force: true });
-    mkdirSync(artifacts, { recursive: true });
-    tools = ensureTools();
-    const vsix = buildVsix();
-    const model = chooseModel();
+    const suite = prepareSuite(artifacts);
+    tools = suite.tools;
+    const { vsix, model } = suite;
     run = makeRunDir({ settings: model.isDefault ? {} : { 'runahead.modelPath': model.path } });
     // The sample files are below the benchmark's 400-byte minimum: one real file gives it "your code".
     cpSync(join(repoRoot, 'server', 'src', 'bench', 'stats.ts'), join(run.workspace, 'stats.ts'));

@@ -6,11 +6,10 @@
 // the file alone; Copy API Token's token opens the local API. One code-server
 // start. Screenshots: test/artifacts/e2e/chat/.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { freePort, installExtension, makeRunDir, repoRoot, startCodeServer, stopRun } from './codeServer.mjs';
-import { ensureTools } from './tools.mjs';
-import { buildVsix } from './vsix.mjs';
+import { prepareSuite } from './suite.mjs';
 import { Workbench } from './workbench.mjs';
 
 const artifacts = join(repoRoot, 'test', 'artifacts', 'e2e', 'chat');
@@ -38,10 +37,9 @@ describe('Runahead agent features in a real editor (chat model, edit with instru
 
   before(async function () {
     this.timeout(60 * 60_000);
-    rmSync(artifacts, { recursive: true, force: true });
-    mkdirSync(artifacts, { recursive: true });
-    tools = ensureTools();
-    const vsix = buildVsix();
+    const suite = prepareSuite(artifacts);
+    tools = suite.tools;
+    const { vsix } = suite;
     apiPort = await freePort();
     run = makeRunDir({
       settings: { 'runahead.modelPath': chatModel, 'chat.disableAIFeatures': false, 'runahead.api.enabled': true, 'runahead.api.port': apiPort },

@@ -3,11 +3,10 @@
 // embedded model, accept it with Tab, read ms/token in the status bar, kill the
 // engine and see completions come back. Screenshots: test/artifacts/e2e/.
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chooseModel, enginePids, installExtension, makeRunDir, repoRoot, startCodeServer, stopRun } from './codeServer.mjs';
-import { ensureTools } from './tools.mjs';
-import { buildVsix } from './vsix.mjs';
+import { enginePids, installExtension, makeRunDir, repoRoot, startCodeServer, stopRun } from './codeServer.mjs';
+import { prepareSuite } from './suite.mjs';
 import { Workbench } from './workbench.mjs';
 
 const artifacts = join(repoRoot, 'test', 'artifacts', 'e2e');
@@ -38,11 +37,9 @@ describe('Runahead in a real editor (code-server + headless Chromium)', function
 
   before(async function () {
     this.timeout(60 * 60_000); // the first run installs Chromium, Node 24 and code-server
-    rmSync(artifacts, { recursive: true, force: true });
-    mkdirSync(artifacts, { recursive: true });
-    tools = ensureTools();
-    const vsix = buildVsix();
-    const model = chooseModel();
+    const suite = prepareSuite(artifacts);
+    tools = suite.tools;
+    const { vsix, model } = suite;
     console.log(`[e2e] model: ${model.path}${model.isDefault ? ' (the embedded default, from the .vsix)' : ' (FIXTURE, via runahead.modelPath)'}`);
     run = makeRunDir({ settings: model.isDefault ? {} : { 'runahead.modelPath': model.path } });
     installExtension(tools, run, vsix);

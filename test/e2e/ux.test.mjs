@@ -5,11 +5,10 @@
 // code-server start. Screenshots: test/artifacts/e2e/ux/.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chooseModel, installExtension, makeRunDir, repoRoot, startCodeServer, stopRun } from './codeServer.mjs';
-import { ensureTools } from './tools.mjs';
-import { buildVsix } from './vsix.mjs';
+import { installExtension, makeRunDir, repoRoot, startCodeServer, stopRun } from './codeServer.mjs';
+import { prepareSuite } from './suite.mjs';
 import { Workbench } from './workbench.mjs';
 
 const artifacts = join(repoRoot, 'test', 'artifacts', 'e2e', 'ux');
@@ -26,11 +25,10 @@ describe('Runahead UX in a real editor (walkthrough, snooze, per-language, error
 
   before(async function () {
     this.timeout(60 * 60_000);
-    rmSync(artifacts, { recursive: true, force: true });
-    mkdirSync(artifacts, { recursive: true });
-    tools = ensureTools();
-    const vsix = buildVsix();
-    model = chooseModel();
+    const suite = prepareSuite(artifacts);
+    tools = suite.tools;
+    model = suite.model;
+    const { vsix } = suite;
     run = makeRunDir({ settings: model.isDefault ? {} : { 'runahead.modelPath': model.path } });
     writeFileSync(join(run.workspace, 'notes.md'), '# Notes\n\nSome text here.\n');
     installExtension(tools, run, vsix);

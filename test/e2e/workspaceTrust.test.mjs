@@ -7,11 +7,10 @@
 // the engine that runs is the bundled binary with the embedded model, and
 // ghost text appears. Screenshots: test/artifacts/e2e/workspace-trust/.
 import assert from 'node:assert/strict';
-import { chmodSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, realpathSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chooseModel, defaultModel, enginePids, installExtension, makeRunDir, repoRoot, sampleWorkspace, startCodeServer, stopRun } from './codeServer.mjs';
-import { ensureTools } from './tools.mjs';
-import { buildVsix } from './vsix.mjs';
+import { defaultModel, enginePids, installExtension, makeRunDir, repoRoot, sampleWorkspace, startCodeServer, stopRun } from './codeServer.mjs';
+import { prepareSuite } from './suite.mjs';
 import { Workbench } from './workbench.mjs';
 
 const artifacts = join(repoRoot, 'test', 'artifacts', 'e2e', 'workspace-trust');
@@ -78,11 +77,9 @@ describe('Workspace trust: a cloned folder cannot choose what runs (code-server 
 
   before(async function () {
     this.timeout(60 * 60_000); // the first run installs Chromium, Node 24 and code-server
-    rmSync(artifacts, { recursive: true, force: true });
-    mkdirSync(artifacts, { recursive: true });
-    tools = ensureTools();
-    const vsix = buildVsix();
-    const model = chooseModel();
+    const suite = prepareSuite(artifacts);
+    tools = suite.tools;
+    const { vsix, model } = suite;
     assert.ok(model.isDefault, `the embedded model ${defaultModel} is absent; this test checks that the bundled engine runs the embedded model`);
     run = makeRunDir({ settings: { 'security.workspace.trust.enabled': true, 'security.workspace.trust.startupPrompt': 'once' } });
     const [installed] = installExtension(tools, run, vsix);
