@@ -257,13 +257,11 @@ Draft Speculator::drafted(Choice& choice, std::span<const int32_t> context, Samp
   return draft;
 }
 
-void Speculator::record(int drafter, int bucket, int k, int accepted, bool learn) {
+void Speculator::record(int drafter, int bucket, int k, int accepted) {
   DrafterState& d = drafters_[size_t(drafter)];
-  if (learn) {
-    Acceptance& a = d.acceptance[bucket];
-    a.hits = kDecay * a.hits + accepted;
-    a.trials = kDecay * a.trials + accepted + (accepted < k ? 1 : 0);
-  }
+  Acceptance& a = d.acceptance[bucket];
+  a.hits = kDecay * a.hits + accepted;
+  a.trials = kDecay * a.trials + accepted + (accepted < k ? 1 : 0);
   ++stats_.steps;
   stats_.drafted += k;
   stats_.accepted += accepted;
@@ -307,7 +305,7 @@ SpecStep Speculator::step(std::vector<int32_t>& cached, int32_t pending, Sampler
   std::span<const float> hidden;
   if (wants_hidden_) hidden = target_.hidden().first(size_t(keep) * size_t(target_.config().hidden_size));
   feed(pos0, std::span(input_).first(size_t(keep)), hidden);
-  record(choice.drafter, draft.bucket, k, v.accepted, true);
+  record(choice.drafter, draft.bucket, k, v.accepted);
 
   SpecStep out{{draft.tokens.begin(), draft.tokens.begin() + v.accepted}, k, v.accepted};
   out.tokens.push_back(v.next);
@@ -322,7 +320,7 @@ void Speculator::run_greedy(std::vector<int32_t>& cached, int32_t pending, int b
   std::deque<Queued> queue;
   context_.assign(cached.begin(), cached.end());
   context_.push_back(pending);  // what the host knows: the cache, then the pending token
-  int kv = target_.kv_len(), emitted = 0;
+  int emitted = 0;
 
   // Queues a step, if one fits: each queued step counted at its most (its whole draft and its
   // own token) against the context and the budget. Behind a queued, unread step only a plain
@@ -330,7 +328,7 @@ void Speculator::run_greedy(std::vector<int32_t>& cached, int32_t pending, int b
   // before is read would be chosen from a guess (measured on an H200: guessed drafts lost more
   // than the idle GPU they saved), so then the step waits for that verdict.
   const auto enqueue = [&] {
-    int positions = kv, out = emitted;
+    int positions = target_.kv_len(), out = emitted;  // kv_len counts the steps already read
     for (const Queued& q : queue) positions += 1 + int(q.draft.size()), out += 1 + int(q.draft.size());
     const int k_max = std::min({k_limit, capacity - positions - 1, budget - out - 1});
     if (k_max < 0) return false;
@@ -363,17 +361,17 @@ void Speculator::run_greedy(std::vector<int32_t>& cached, int32_t pending, int b
         if (queue.size() < 2) enqueue();  // the next step runs while this one is read
         const Queued step = std::move(queue.front());
         queue.pop_front();
+        const int pos0 = target_.kv_len();
         const GreedyVerdict v = target_.next_verdict();
-        const int pos0 = kv, keep = 1 + v.accepted;
+        const int keep = 1 + v.accepted;
         const std::span<const int32_t> kept_drafts(step.draft.data(), size_t(v.accepted));
         const size_t kept_from = cached.size();
         cached.push_back(context_.back());
         cached.insert(cached.end(), kept_drafts.begin(), kept_drafts.end());
-        kv += keep;
         std::span<const float> hidden;
         if (wants_hidden_) hidden = target_.hidden().first(size_t(keep) * size_t(target_.config().hidden_size));
         feed(pos0, std::span<const int32_t>(cached).subspan(kept_from), hidden);
-        if (step.drafter >= 0) record(step.drafter, step.bucket, int(step.draft.size()), v.accepted, true);
+        if (step.drafter >= 0) record(step.drafter, step.bucket, int(step.draft.size()), v.accepted);
         context_.insert(context_.end(), kept_drafts.begin(), kept_drafts.end());
         context_.push_back(v.next);
         std::vector<int32_t> tokens(kept_drafts.begin(), kept_drafts.end());

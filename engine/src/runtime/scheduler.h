@@ -144,8 +144,8 @@ class Speculator {
   // now, and what that cost per token is recorded.
   Draft drafted(Choice& choice, std::span<const int32_t> context, Sampler& sampler);
   void fade();
-  // Counts a verified draft in the statistics and, when `learn`, in its drafter's acceptance.
-  void record(int drafter, int bucket, int k, int accepted, bool learn);
+  // Counts a verified draft in the statistics and in its drafter's acceptance.
+  void record(int drafter, int bucket, int k, int accepted);
   void feed(int pos0, std::span<const int32_t> tokens, std::span<const float> hidden);
   SpecStep plain_step(std::vector<int32_t>& cached, int32_t pending, Sampler& sampler,
                       std::vector<float>& logits);
