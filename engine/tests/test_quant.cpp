@@ -67,6 +67,12 @@ float step_of(QuantType t, const uint8_t* row, int64_t i) {
   return 0;
 }
 
+// The activation step of element i in the blocks format t reads (Q8_0 blocks of 32 or Q8_K
+// blocks of 256): |x_i - x_i's quantized value| <= step / 2.
+double activation_step(const Q8Activations& xq, QuantType t, int64_t i) {
+  return activation_blocks(t) == kBlocks256 ? std::fabs(xq.dk[i / 256]) : xq.d[i / 32];
+}
+
 }  // namespace
 
 TEST_CASE("quant: block sizes are llama.cpp's") {
@@ -265,7 +271,7 @@ TEST_CASE("quant: matvec of every kernel table matches a double reference on the
             for (int64_t i = 0; i < cols; ++i) {
               const double wi = deq[r * cols + i];
               ref += wi * x[i];
-              bound += std::fabs(wi) * xq.d[i / 32] * 0.5;
+              bound += std::fabs(wi) * activation_step(xq, t, i) * 0.5;
               mag += std::fabs(wi * x[i]);
             }
             REQUIRE(std::fabs(y[r] - ref) <= bound + 1e-5 * mag + 1e-6);
@@ -324,7 +330,7 @@ TEST_CASE("quant: every kernel table's multi-token rows give each of n = 2..9 an
             for (int64_t i = 0; i < cols; ++i) {
               const double wi = deq[r * cols + i];
               ref += wi * x[tok * cols + i];
-              bound += std::fabs(wi) * xq[tok].d[i / 32] * 0.5;
+              bound += std::fabs(wi) * activation_step(xq[tok], t, i) * 0.5;
               mag += std::fabs(wi * x[tok * cols + i]);
             }
             REQUIRE(std::fabs(y[tok * rows + r] - ref) <= bound + 1e-5 * mag + 1e-6);

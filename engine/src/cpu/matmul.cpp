@@ -8,15 +8,15 @@ namespace runahead {
 
 void matmul(const CpuContext& cx, std::span<const MatmulJob> jobs, const float* x, int n) {
   int64_t total = 0;
-  bool quantized = false;
+  unsigned blocks = 0;  // the activation blocks the quantized jobs read
   for (const MatmulJob& job : jobs) {
     total += job.w->rows();
-    quantized |= is_quantized(job.w->dtype);
+    if (const auto q = quant_type_of(job.w->dtype)) blocks |= activation_blocks(*q);
   }
-  if (quantized) {
+  if (blocks) {
     const int64_t in = jobs.front().w->cols();
     cx.xq.resize(size_t(std::max(n, 1)));
-    for (int t = 0; t < n; ++t) cx.xq[size_t(t)].quantize(x + int64_t(t) * in, in);
+    for (int t = 0; t < n; ++t) cx.xq[size_t(t)].quantize(x + int64_t(t) * in, in, blocks);
   }
   // Multiples of 16 rows keep every thread's range a whole number of row tiles.
   cx.pool.for_range(total, 16, [&](int64_t begin, int64_t end) {

@@ -10,25 +10,57 @@
 
 namespace runahead {
 
-void Q8Activations::quantize(const float* x, int64_t n) {
+namespace {
+
+// llama.cpp's nearest_int: round half to even (the default rounding mode) of |v| < 2^22.
+int nearest_int(float v) { return int(std::nearbyint(v)); }
+
+}  // namespace
+
+void Q8Activations::quantize(const float* x, int64_t n, unsigned blocks) {
   cols = n;
-  const int64_t blocks = n / 32;
-  d.resize(blocks);
-  q.resize(n);
-  sum.resize(blocks);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float* xb = x + 32 * b;
-    float amax = 0;
-    for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(xb[l]));
-    d[b] = f16_to_f32(f32_to_f16(amax / 127));
-    const float inv = amax ? 127 / amax : 0;
-    int32_t s = 0;
-    for (int l = 0; l < 32; ++l) {
-      const int8_t v = int8_t(std::nearbyint(xb[l] * inv));
-      q[32 * b + l] = v;
-      s += v;
+  if (blocks & kBlocks32) {
+    const int64_t count = n / 32;
+    d.resize(count);
+    q.resize(n);
+    sum.resize(count);
+    for (int64_t b = 0; b < count; ++b) {
+      const float* xb = x + 32 * b;
+      float amax = 0;
+      for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(xb[l]));
+      d[b] = f16_to_f32(f32_to_f16(amax / 127));
+      const float inv = amax ? 127 / amax : 0;
+      int32_t s = 0;
+      for (int l = 0; l < 32; ++l) {
+        const int8_t v = int8_t(nearest_int(xb[l] * inv));
+        q[32 * b + l] = v;
+        s += v;
+      }
+      sum[b] = s;
     }
-    sum[b] = s;
+  }
+  if ((blocks & kBlocks256) && n % 256 == 0) {
+    const int64_t count = n / 256;
+    dk.resize(count);
+    qk.resize(n);
+    bsum16.resize(16 * count);
+    bsum32.resize(8 * count);
+    for (int64_t b = 0; b < count; ++b) {  // quantize_row_q8_K_ref, step for step
+      const float* xb = x + 256 * b;
+      int8_t* qb = &qk[256 * b];
+      float max = 0, amax = 0;
+      for (int l = 0; l < 256; ++l)
+        if (std::fabs(xb[l]) > amax) amax = std::fabs(xb[l]), max = xb[l];
+      const float iscale = amax ? -127.f / max : 0.f;
+      for (int l = 0; l < 256; ++l) qb[l] = int8_t(std::min(127, nearest_int(iscale * xb[l])));
+      dk[b] = amax ? 1 / iscale : 0.f;
+      for (int j = 0; j < 16; ++j) {
+        int s = 0;
+        for (int l = 0; l < 16; ++l) s += qb[16 * j + l];
+        bsum16[16 * b + j] = int16_t(s);
+      }
+      for (int j = 0; j < 8; ++j) bsum32[8 * b + j] = int16_t(bsum16[16 * b + 2 * j] + bsum16[16 * b + 2 * j + 1]);
+    }
   }
 }
 

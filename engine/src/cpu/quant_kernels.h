@@ -10,18 +10,33 @@
 
 namespace runahead {
 
-// x[cols] quantized per 32: x[32b + l] ~= d[b] * q[32b + l], |q| <= 127; sum[b] = sum_l q[32b + l].
-// d is rounded to f16 as llama.cpp's block_q8_0 stores it (q from the unrounded scale, as there):
-// with the f32 scale, greedy runs of the embedded model agreed with llama.cpp's in 11 of 20
-// instead of 17 of 20 (test/integration/llamaCppAccuracy.test.ts).
+// Which int8 blocks of the activations a weight format's kernels read (llama.cpp's
+// vec_dot_type): blocks of 32 with an f16 scale (Q8_0) for the 32-weight formats, blocks of
+// 256 with an f32 scale (Q8_K) for the K-quants.
+enum ActivationBlocks : unsigned { kBlocks32 = 1, kBlocks256 = 2, kAllBlocks = 3 };
+inline unsigned activation_blocks(QuantType t) { return quant_format(t).block_elems == 256 ? kBlocks256 : kBlocks32; }
+
+// x[cols] quantized to int8, as llama.cpp's quantize_row_q8_0 and quantize_row_q8_K do.
+// Per 32: x[32b + l] ~= d[b] * q[32b + l], |q| <= 127; sum[b] = sum_l q[32b + l]. d is rounded
+// to f16 as block_q8_0 stores it (q from the unrounded scale, as there): with the f32 scale,
+// greedy runs of the embedded model agreed with llama.cpp's in 11 of 20 instead of 17 of 20
+// (test/integration/llamaCppAccuracy.test.ts).
+// Per 256 (Q8_K): x[256b + l] ~= dk[b] * qk[256b + l] with dk = max / -127 (max: the element
+// of largest magnitude, so dk may be negative); bsum16/bsum32: sums of qk per 16 and per 32.
+// Integer sub-block scales then apply to integer sums (K-quant kernels add sc_j * dot_j in
+// int32 and scale once per 256), which is both llama.cpp's arithmetic and its speed.
 struct Q8Activations {
   int64_t cols = 0;
   std::vector<float> d;
   std::vector<int8_t> q;
   std::vector<int32_t> sum;
+  std::vector<float> dk;
+  std::vector<int8_t> qk;
+  std::vector<int16_t> bsum16, bsum32;
 
-  // Quantizes x[0..cols), cols a multiple of 32; reuses the buffers.
-  void quantize(const float* x, int64_t cols);
+  // Quantizes x[0..cols) into the blocks asked for (cols a multiple of 32, and of 256 for
+  // kBlocks256; a width that is not is skipped); reuses the buffers.
+  void quantize(const float* x, int64_t cols, unsigned blocks = kAllBlocks);
 };
 
 // y[r - row_begin] = sum_i W[r, i] x[i]   for r in [row_begin, row_end);

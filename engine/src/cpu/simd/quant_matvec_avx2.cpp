@@ -9,6 +9,8 @@ struct Avx2Dot {
   static __m256i dot_u8s8(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
   }
+  // acc + the int16 pairs of a times b, summed to int32.
+  static __m256i madd_acc(__m256i acc, __m256i a, __m256i b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
 };
 
 }  // namespace

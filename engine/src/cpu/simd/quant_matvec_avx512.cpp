@@ -14,6 +14,7 @@ namespace {
 
 struct VnniDot {
   static __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+  static __m256i madd_acc(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
 };
 
 // Q8_0, R rows x T tokens, blocks k and k + 1 in lanes 0-7 and 8-15 of one vector: the

@@ -24,7 +24,9 @@ void matvec_q8_0_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int
   }
 }
 
-// Q4_K, and Q5_K (Block = BlockQ5_K) with q's fifth bit, bit j of qh[l], added.
+// Q4_K, and Q5_K (Block = BlockQ5_K) with q's fifth bit, bit j of qh[l], added; on Q8_K
+// activations, as llama.cpp's ggml_vec_dot_q4_K_q8_K: per block d d_x sum_j sc_j dot_j
+// - dmin d_x sum_j m_j bsum_j, both sums in int32.
 template <class Block>
 void matvec_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
                    const Q8Activations& x, float* y) {
@@ -32,43 +34,46 @@ void matvec_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_
     const auto* b = reinterpret_cast<const Block*>(w + r * row_bytes);
     float acc = 0;
     for (int64_t k = 0; k < cols / 256; ++k) {
-      const float d = f16_to_f32(b[k].d), dmin = f16_to_f32(b[k].dmin);
+      int32_t sumi = 0, summ = 0;
       for (int j = 0; j < 8; ++j) {
         uint8_t sc, m;
         q4_k_scale_min(j, b[k].scales, sc, m);
-        const int64_t xb = 8 * k + j;
         const uint8_t* q = b[k].qs + 32 * (j / 2);
+        const int8_t* xq = &x.qk[256 * k + 32 * j];
         int32_t s = 0;
         for (int l = 0; l < 32; ++l) {
           int v = (q[l] >> (4 * (j % 2))) & 0xF;
           if constexpr (std::is_same_v<Block, BlockQ5_K>) v |= ((b[k].qh[l] >> j) & 1) << 4;
-          s += v * x.q[32 * xb + l];
+          s += v * xq[l];
         }
-        acc += d * sc * x.d[xb] * float(s) - dmin * m * x.d[xb] * float(x.sum[xb]);
+        sumi += sc * s;
+        summ += m * x.bsum32[8 * k + j];
       }
+      acc += x.dk[k] * (f16_to_f32(b[k].d) * float(sumi) - f16_to_f32(b[k].dmin) * float(summ));
     }
     y[r - row_begin] = acc;
   }
 }
 
+// Q6_K on Q8_K activations: per block d d_x sum_j sc_j sum (q - 32) q_x, in int32.
 void matvec_q6_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
                       const Q8Activations& x, float* y) {
   for (int64_t r = row_begin; r < row_end; ++r) {
     const auto* b = reinterpret_cast<const BlockQ6_K*>(w + r * row_bytes);
     float acc = 0;
     for (int64_t k = 0; k < cols / 256; ++k) {
-      const float d = f16_to_f32(b[k].d);
+      int32_t sumi = 0;
       for (int i0 = 0; i0 < 256; i0 += 16) {
-        const int64_t xb = 8 * k + i0 / 32;
         int32_t s = 0;
         for (int i = i0; i < i0 + 16; ++i) {
           const int n = i / 128, rr = i % 128, part = rr / 32, l = rr % 32;
           const uint8_t ql = b[k].ql[64 * n + 32 * (part % 2) + l];
           const int q = ((part < 2 ? ql : ql >> 4) & 0xF) | ((b[k].qh[32 * n + l] >> (2 * part)) & 3) << 4;
-          s += (q - 32) * x.q[256 * k + i];
+          s += (q - 32) * x.qk[256 * k + i];
         }
-        acc += d * b[k].scales[i0 / 16] * x.d[xb] * float(s);
+        sumi += b[k].scales[i0 / 16] * s;
       }
+      acc += x.dk[k] * f16_to_f32(b[k].d) * float(sumi);
     }
     y[r - row_begin] = acc;
   }

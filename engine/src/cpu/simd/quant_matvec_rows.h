@@ -20,19 +20,19 @@ inline float hsum(__m256 v) {
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// Signed x signed as unsigned x signed: |w| * (x with w's sign).
-template <class Isa>
-__m256i dot_s8s8(__m256i w, __m256i x) {
-  return Isa::dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-}
-
 // Touches block k of the rows two groups of R on (`row_bytes` apart): R interleaved rows are
 // R streams too short for the hardware prefetcher. Without it a matrix beyond the caches (the
 // 0.5B lm_head, 145 MB) took 2-3x the one-row kernel's time for one token; with it, ~1.5x.
-template <int R>
-inline void prefetch_next_rows(const BlockQ8_0* const (&b)[R], int64_t k, size_t row_bytes) {
+// Every cache line of the block (a K-quant block spans up to four).
+template <int R, class Block>
+inline void prefetch_next_rows(const Block* const (&b)[R], int64_t k, size_t row_bytes) {
 #pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(&b[i][k]) + 2 * R * row_bytes, _MM_HINT_T0);
+  for (int i = 0; i < R; ++i) {
+    const char* p = reinterpret_cast<const char*>(&b[i][k]) + 2 * R * row_bytes;
+#pragma GCC unroll 4
+    for (size_t line = 0; line < sizeof(Block); line += 64) _mm_prefetch(p + line, _MM_HINT_T0);
+    if constexpr (sizeof(Block) % 64 != 0 && sizeof(Block) > 64) _mm_prefetch(p + sizeof(Block) - 1, _MM_HINT_T0);
+  }
 }
 
 // Q8_0 times T tokens for R rows at once (R x T accumulators), so each weight block is loaded
@@ -113,9 +113,9 @@ void matmul_tiled(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t
     token_groups<Tile, 1, Tile::kTokens>(w + r * row_bytes, row_bytes, cols, x, n, y + (r - row_begin), ldy);
 }
 
-// The 8 sub-block scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K block's 12 packed bytes,
-// unpacked with 32-bit masks (the q4_k_scale_min layout, all eight at once).
-inline __m256i q4_k_scales_mins(const uint8_t* packed, __m256i& mins) {
+// The 8 sub-block scales and 8 mins of a Q4_K block's 12 packed bytes as int16 (lanes 0-7
+// and 8-15), unpacked with 32-bit masks (the q4_k_scale_min layout, all at once).
+inline __m256i q4_k_scales_mins(const uint8_t* packed) {
   uint32_t u[4];
   std::memcpy(u, packed, 12);
   constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
@@ -124,57 +124,88 @@ inline __m256i q4_k_scales_mins(const uint8_t* packed, __m256i& mins) {
   u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
   u[2] = m_low;
   u[0] &= kLow6;
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
-  mins = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
-  return _mm256_cvtepu8_epi32(bytes);
+  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
 }
 
-// [sum of p_0's lanes, ..., sum of p_7's lanes] for eight vectors of int32 partial sums.
-inline __m256i lane_sums8(const __m256i p[8]) {
-  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
+// Q4_K (and Q5_K: Block = BlockQ5_K, q's fifth bit from qh) times T tokens for R rows, on
+// Q8_K activations as llama.cpp's ggml_vec_dot_q4_K_q8_K: per block, sum_j sc_j dot_j in
+// int32 (u8 x s8 pairs by vpmaddubsw, then times the 16-bit scale and summed by
+// Isa::madd_acc), minus sum_j m_j bsum_j; the two scaled by d d_x and dmin d_x. Each (row,
+// token) gets the same operations in the same order whatever R, T and n are.
+template <class Isa, class Block, int Rows = 2, int Tokens = 2>
+struct QK4Tile {
+  static constexpr int kRows = Rows, kTokens = Tokens;
+  static constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
 
-// Q4_K: sub-block j (32 weights) = d sc_j q - dmin m_j, so its product with the activation
-// block is d sc_j d_x sum(q q_x) - dmin m_j d_x sum(q_x). The eight sub-blocks of a block are
-// one vector each of scales, mins, activation scales and sums. Q5_K (Block = BlockQ5_K) is
-// the same with q's fifth bit, bit j of qh[l], added.
-template <class Isa, class Block>
-void matvec_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
-                   const Q8Activations& x, float* y) {
-  const int64_t blocks = cols / 256;
-  const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const auto* b = reinterpret_cast<const Block*>(w + r * row_bytes);
-    __m256 acc = _mm256_setzero_ps(), mins_acc = _mm256_setzero_ps();
+  template <int R, int T>
+  static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
+    const Block* b[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const Block*>(w + i * row_bytes);
+    __m256 acc[R][T];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const int64_t blocks = cols / 256;
     for (int64_t k = 0; k < blocks; ++k) {
-      const __m256 xd = _mm256_loadu_ps(&x.d[8 * k]);
-      const __m256 xsum = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(&x.sum[8 * k])));
-      __m256i m;
-      const __m256i sc = q4_k_scales_mins(b[k].scales, m);
-      const int8_t* xq = &x.q[256 * k];
-      __m256i qh = _mm256_setzero_si256();  // Q5_K: bit j of byte l is sub-block j's fifth bit
-      if constexpr (std::is_same_v<Block, BlockQ5_K>) qh = load32(b[k].qh);
-      __m256i p[8];
-      for (int g = 0; g < 4; ++g) {
-        const __m256i bytes = load32(b[k].qs + 32 * g);
-        __m256i q0 = _mm256_and_si256(bytes, low4), q1 = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-        if constexpr (std::is_same_v<Block, BlockQ5_K>) {
-          q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
-          q1 = _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
+      prefetch_next_rows<R>(b, k, row_bytes);
+      __m256i scales[R], sumi[R][T];
+      float d[R];
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const __m256i scales_mins = q4_k_scales_mins(b[i][k].scales);  // int16: sc_0..7, m_0..7
+        scales[i] = _mm256_permute4x64_epi64(scales_mins, 0x44);
+        const __m128i mins = _mm256_extracti128_si256(scales_mins, 1);
+        d[i] = _cvtsh_ss(b[i][k].d);
+        const float dmin = _cvtsh_ss(b[i][k].dmin);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const __m128i m = _mm_madd_epi16(mins, _mm_loadu_si128(reinterpret_cast<const __m128i*>(&x[t].bsum32[8 * k])));
+          acc[i][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_zextsi128_si256(m)), _mm256_set1_ps(dmin * x[t].dk[k]),
+                                       acc[i][t]);
+          sumi[i][t] = _mm256_setzero_si256();
         }
-        p[2 * g] = Isa::dot_u8s8(q0, load32(xq + 64 * g));
-        p[2 * g + 1] = Isa::dot_u8s8(q1, load32(xq + 64 * g + 32));
       }
-      const __m256 dots = _mm256_cvtepi32_ps(lane_sums8(p));
-      acc = _mm256_fmadd_ps(_mm256_mul_ps(dots, _mm256_cvtepi32_ps(sc)), _mm256_mul_ps(xd, _mm256_set1_ps(_cvtsh_ss(b[k].d))), acc);
-      mins_acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(_cvtsh_ss(b[k].dmin))),
-                                 _mm256_mul_ps(xd, xsum), mins_acc);
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        __m256i q[R][2], sc[R][2];
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+          const __m256i bytes = load32(b[i][k].qs + 32 * g);
+          q[i][0] = _mm256_and_si256(bytes, low4);
+          q[i][1] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+          if constexpr (kFifthBit) {
+            const __m256i qh = load32(b[i][k].qh);
+            q[i][0] = _mm256_or_si256(q[i][0], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
+            q[i][1] = _mm256_or_si256(q[i][1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
+          }
+          sc[i][0] = _mm256_shuffle_epi8(scales[i], _mm256_set1_epi16(short(0x0100 + 0x0202 * (2 * g))));
+          sc[i][1] = _mm256_shuffle_epi8(scales[i], _mm256_set1_epi16(short(0x0100 + 0x0202 * (2 * g + 1))));
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+            const __m256i xq = load32(&x[t].qk[256 * k + 64 * g + 32 * h]);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; ++i) sumi[i][t] = Isa::madd_acc(sumi[i][t], _mm256_maddubs_epi16(q[i][h], xq), sc[i][h]);
+          }
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t)
+          acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[i][t]), _mm256_set1_ps(d[i] * x[t].dk[k]), acc[i][t]);
     }
-    y[r - row_begin] = hsum(_mm256_sub_ps(acc, mins_acc));
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) y[t * ldy + i] = hsum(acc[i][t]);
   }
-}
+};
 
 // Byte i of the result: `value` where bit i of `bits` is set, else 0.
 inline __m256i bit_bytes(uint32_t bits, __m256i value) {
@@ -217,53 +248,87 @@ void matvec_32_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64
   }
 }
 
-// Q6_K: 16-weight sub-blocks d sc_j (q - 32); a 32-wide product covers two of them, so its
-// lanes 0-3 and 4-7 take the two scales.
-template <class Isa>
-void matvec_q6_k_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
-                      const Q8Activations& x, float* y) {
-  const int64_t blocks = cols / 256;
-  const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const auto* b = reinterpret_cast<const BlockQ6_K*>(w + r * row_bytes);
-    __m256 acc = _mm256_setzero_ps();
+// Q6_K times T tokens for R rows, on Q8_K activations as llama.cpp's ggml_vec_dot_q6_K_q8_K:
+// per block d d_x sum_j sc_j (dot(q, q_x) - 32 bsum_j) in int32, the 16-weight sub-blocks' scales
+// in the two 128-bit halves of each 32-weight product; q unsigned (0..63) for vpmaddubsw, the
+// -32 from the activation sums. Same operations per (row, token) whatever R, T and n are.
+template <class Isa, int Rows = 2, int Tokens = 2>
+struct Q6KTile {
+  static constexpr int kRows = Rows, kTokens = Tokens;
+
+  template <int R, int T>
+  static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
+    const BlockQ6_K* b[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const BlockQ6_K*>(w + i * row_bytes);
+    __m256 acc[R][T];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
+    const int64_t blocks = cols / 256;
     for (int64_t k = 0; k < blocks; ++k) {
-      const float d = _cvtsh_ss(b[k].d);
+      prefetch_next_rows<R>(b, k, row_bytes);
+      __m256i halves[R][2], sumi[R][T];  // the scales as int16, sc_0..7 and sc_8..15 in both halves
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i][k].scales)));
+        halves[i][0] = _mm256_permute4x64_epi64(sc, 0x44);
+        halves[i][1] = _mm256_permute4x64_epi64(sc, 0xEE);
+        const __m256i minus32 = _mm256_mullo_epi16(sc, _mm256_set1_epi16(-32));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t)
+          sumi[i][t] = _mm256_madd_epi16(minus32, load32(&x[t].bsum16[16 * k]));
+      }
+#pragma GCC unroll 2
       for (int n = 0; n < 2; ++n) {
-        const __m256i ql0 = load32(b[k].ql + 64 * n), ql1 = load32(b[k].ql + 64 * n + 32);
-        const __m256i qh = load32(b[k].qh + 32 * n);
-        const __m256i q[4] = {
-            _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
-            _mm256_or_si256(_mm256_and_si256(ql1, low4),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
-        };
+#pragma GCC unroll 4
         for (int part = 0; part < 4; ++part) {
-          const int64_t xb = 8 * k + 4 * n + part;  // the activation block of these 32 weights
-          const int j = 8 * n + 2 * part;           // their two sub-blocks: j, j + 1
-          const __m256i p = dot_s8s8<Isa>(_mm256_sub_epi8(q[part], bias), load32(&x.q[32 * xb]));
-          const float s = d * x.d[xb];
-          const __m256 scale = _mm256_set_m128(_mm_set1_ps(s * b[k].scales[j + 1]), _mm_set1_ps(s * b[k].scales[j]));
-          acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc);
+          const int c = 4 * n + part;  // weights [32c, 32c + 32): sub-blocks 2c and 2c + 1
+          const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(short(0x0100 + 0x0202 * ((2 * c + 1) % 8))),
+                                                _mm_set1_epi16(short(0x0100 + 0x0202 * ((2 * c) % 8))));
+          __m256i q[R], sc[R];
+#pragma GCC unroll 8
+          for (int i = 0; i < R; ++i) {
+            const __m256i ql = load32(b[i][k].ql + 64 * n + 32 * (part % 2));
+            const __m256i qh = load32(b[i][k].qh + 32 * n);
+            const __m256i low = part < 2 ? _mm256_and_si256(ql, low4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), low4);
+            q[i] = _mm256_or_si256(low, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * part), two), 4));
+            sc[i] = _mm256_shuffle_epi8(halves[i][n], pick);
+          }
+#pragma GCC unroll 8
+          for (int t = 0; t < T; ++t) {
+            const __m256i xq = load32(&x[t].qk[256 * k + 32 * c]);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; ++i) sumi[i][t] = Isa::madd_acc(sumi[i][t], _mm256_maddubs_epi16(q[i], xq), sc[i]);
+          }
         }
       }
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const float d = _cvtsh_ss(b[i][k].d);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t)
+          acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[i][t]), _mm256_set1_ps(d * x[t].dk[k]), acc[i][t]);
+      }
     }
-    y[r - row_begin] = hsum(acc);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) y[t * ldy + i] = hsum(acc[i][t]);
   }
-}
+};
 
 template <class Isa>
 QuantKernels make_quant_kernels(const char* name) {
   return QuantKernels{name,
                       &matmul_tiled<Q8_0Tile<Isa>>,
-                      &rows_per_token<&matvec_k_rows<Isa, BlockQ4_K>>,
-                      &rows_per_token<&matvec_q6_k_rows<Isa>>,
+                      &matmul_tiled<QK4Tile<Isa, BlockQ4_K>>,
+                      &matmul_tiled<Q6KTile<Isa>>,
                       &rows_per_token<&matvec_32_rows<Isa, BlockQ4_0>>,
                       &rows_per_token<&matvec_32_rows<Isa, BlockQ5_0>>,
-                      &rows_per_token<&matvec_k_rows<Isa, BlockQ5_K>>,
+                      &matmul_tiled<QK4Tile<Isa, BlockQ5_K>>,
                       &rows_per_token<&matvec_32_rows<Isa, BlockQ4_1>>,
                       &rows_per_token<&matvec_32_rows<Isa, BlockQ5_1>>};
 }
