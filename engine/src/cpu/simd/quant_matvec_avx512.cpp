@@ -78,12 +78,173 @@ struct Q8_0Tile512 {
   }
 };
 
+// A vpshufb index whose 128-bit lane L picks 16-bit word w[L] of the source lane into all eight words.
+inline __m512i words_per_lane(int w0, int w1, int w2, int w3) {
+  auto pick = [](int w) { return (long long)(uint64_t(0x0100 + 0x0202 * w) * 0x0001000100010001ull); };
+  return _mm512_set_epi64(pick(w3), pick(w3), pick(w2), pick(w2), pick(w1), pick(w1), pick(w0), pick(w0));
+}
+
+inline float hsum512(__m512 v) {
+  return simd::hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+// Q4_K/Q5_K (simd::QK4Tile's arithmetic) two sub-blocks per vector: 64 bytes of nibbles give
+// sub-blocks (4h, 4h + 2) in their low nibbles and (4h + 1, 4h + 3) in their high ones, so the
+// activations are loaded as the two matching 32-byte halves. Half the vector instructions of
+// the 256-bit tile; the same operations per (row, token) whatever R, T and n are.
+template <class Block>
+struct QK4Tile512 {
+  static constexpr int kRows = 2, kTokens = 4;
+  static constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
+
+  template <int R, int T>
+  static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
+    const Block* b[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const Block*>(w + i * row_bytes);
+    __m512 acc[R][T];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+    const int64_t blocks = cols / 256;
+    for (int64_t k = 0; k < blocks; ++k) {
+      simd::prefetch_next_rows<R>(b, k, row_bytes);
+      __m512i scales[R], sumi[R][T];
+      float d[R];
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const __m256i scales_mins = simd::q4_k_scales_mins(b[i][k].scales);
+        scales[i] = _mm512_broadcast_i32x4(_mm256_castsi256_si128(scales_mins));
+        const __m128i mins = _mm256_extracti128_si256(scales_mins, 1);
+        d[i] = _cvtsh_ss(b[i][k].d);
+        const float dmin = _cvtsh_ss(b[i][k].dmin);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const __m128i m = _mm_madd_epi16(mins, _mm_loadu_si128(reinterpret_cast<const __m128i*>(&x[t].bsum32[8 * k])));
+          acc[i][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi128_si512(m)), _mm512_set1_ps(dmin * x[t].dk[k]),
+                                       acc[i][t]);
+          sumi[i][t] = _mm512_setzero_si512();
+        }
+      }
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        const int h = v / 2, high = v % 2, j = 4 * h + high;  // sub-blocks j and j + 2
+        __m512i q[R], sc[R];
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+          const __m512i bytes = _mm512_loadu_si512(b[i][k].qs + 64 * h);
+          q[i] = _mm512_and_si512(high ? _mm512_srli_epi16(bytes, 4) : bytes, low4);
+          if constexpr (kFifthBit) {
+            const __m512i qh = _mm512_broadcast_i64x4(simd::load32(b[i][k].qh));
+            const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(short(j)), _mm256_set1_epi16(short(j + 2)), 1);
+            q[i] = _mm512_or_si512(q[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift), one), 4));
+          }
+          sc[i] = _mm512_shuffle_epi8(scales[i], words_per_lane(j, j, j + 2, j + 2));
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const int8_t* xq = &x[t].qk[256 * k + 32 * j];
+          const __m512i xv = _mm512_inserti64x4(_mm512_castsi256_si512(simd::load32(xq)), simd::load32(xq + 64), 1);
+#pragma GCC unroll 8
+          for (int i = 0; i < R; ++i)
+            sumi[i][t] = _mm512_dpwssd_epi32(sumi[i][t], _mm512_maddubs_epi16(q[i], xv), sc[i]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t)
+          acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[i][t]), _mm512_set1_ps(d[i] * x[t].dk[k]), acc[i][t]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) y[t * ldy + i] = hsum512(acc[i][t]);
+  }
+};
+
+// Q6_K (simd::Q6KTile's arithmetic) 64 weights per vector: 64 bytes of ql give weights
+// 128n + [0, 64) in their low nibbles and 128n + [64, 128) in their high ones, each 128-bit
+// lane one 16-weight sub-block; the 2-bit highs come from qh shifted per 256-bit half.
+struct Q6KTile512 {
+  static constexpr int kRows = 2, kTokens = 4;
+
+  template <int R, int T>
+  static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
+    const BlockQ6_K* b[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const BlockQ6_K*>(w + i * row_bytes);
+    __m512 acc[R][T];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0F), three = _mm512_set1_epi8(3);
+    const int64_t blocks = cols / 256;
+    for (int64_t k = 0; k < blocks; ++k) {
+      simd::prefetch_next_rows<R>(b, k, row_bytes);
+      __m256i sc16[R];
+      __m512i sumi[R][T];
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        sc16[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i][k].scales)));
+        const __m256i minus32 = _mm256_mullo_epi16(sc16[i], _mm256_set1_epi16(-32));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t)
+          sumi[i][t] = _mm512_zextsi256_si512(_mm256_madd_epi16(minus32, simd::load32(&x[t].bsum16[16 * k])));
+      }
+#pragma GCC unroll 2
+      for (int n = 0; n < 2; ++n) {
+#pragma GCC unroll 2
+        for (int high = 0; high < 2; ++high) {  // weights 128n + 64 high + [0, 64)
+          const __m512i shift =
+              _mm512_inserti64x4(_mm512_set1_epi16(short(4 * high)), _mm256_set1_epi16(short(4 * high + 2)), 1);
+          __m512i q[R], sc[R];
+#pragma GCC unroll 8
+          for (int i = 0; i < R; ++i) {
+            const __m512i ql = _mm512_loadu_si512(b[i][k].ql + 64 * n);
+            const __m512i qh = _mm512_broadcast_i64x4(simd::load32(b[i][k].qh + 32 * n));
+            const __m512i lowbits = _mm512_and_si512(high ? _mm512_srli_epi16(ql, 4) : ql, low4);
+            q[i] = _mm512_or_si512(lowbits, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift), three), 4));
+            const __m128i half = n ? _mm256_extracti128_si256(sc16[i], 1) : _mm256_castsi256_si128(sc16[i]);
+            sc[i] = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(half),
+                                        words_per_lane(4 * high, 4 * high + 1, 4 * high + 2, 4 * high + 3));
+          }
+#pragma GCC unroll 8
+          for (int t = 0; t < T; ++t) {
+            const __m512i xv = _mm512_loadu_si512(&x[t].qk[256 * k + 128 * n + 64 * high]);
+#pragma GCC unroll 8
+            for (int i = 0; i < R; ++i)
+              sumi[i][t] = _mm512_dpwssd_epi32(sumi[i][t], _mm512_maddubs_epi16(q[i], xv), sc[i]);
+          }
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const float d = _cvtsh_ss(b[i][k].d);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t)
+          acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[i][t]), _mm512_set1_ps(d * x[t].dk[k]), acc[i][t]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) y[t * ldy + i] = hsum512(acc[i][t]);
+  }
+};
+
 }  // namespace
 
 const QuantKernels& avx512_vnni_quant_kernels() {
   static const QuantKernels k = [] {
     QuantKernels t = simd::make_quant_kernels<VnniDot>("avx512-vnni");
     t.q8_0 = &simd::matmul_tiled<Q8_0Tile512>;
+    t.q4_k = &simd::matmul_tiled<QK4Tile512<BlockQ4_K>>;
+    t.q5_k = &simd::matmul_tiled<QK4Tile512<BlockQ5_K>>;
+    t.q6_k = &simd::matmul_tiled<Q6KTile512>;
     return t;
   }();
   return k;

@@ -113,18 +113,18 @@ void matmul_tiled(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t
     token_groups<Tile, 1, Tile::kTokens>(w + r * row_bytes, row_bytes, cols, x, n, y + (r - row_begin), ldy);
 }
 
-// The 8 sub-block scales and 8 mins of a Q4_K block's 12 packed bytes as int16 (lanes 0-7
-// and 8-15), unpacked with 32-bit masks (the q4_k_scale_min layout, all at once).
+// The 8 sub-block scales and 8 mins of a Q4_K block's 12 packed bytes (q4_k_scale_min's
+// layout) as int16, lanes 0-7 and 8-15. In vector registers: unpacked through memory, the
+// 16-byte reload of four 32-bit stores missed store forwarding in every block.
+// packed's dwords u0, u1, u2: scales 0-3 = u0 & 0x3f, 4-7 = (u2 & 0x0f) | (u0 >> 2 & 0x30);
+// mins 0-3 = u1 & 0x3f, 4-7 = (u2 >> 4 & 0x0f) | (u1 >> 2 & 0x30). Reads 16 bytes.
 inline __m256i q4_k_scales_mins(const uint8_t* packed) {
-  uint32_t u[4];
-  std::memcpy(u, packed, 12);
-  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
-  const uint32_t m_low = u[1] & kLow6;
-  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
-  u[2] = m_low;
-  u[0] &= kLow6;
-  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)));
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  const __m128i lows = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i highs = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  return _mm256_cvtepu8_epi16(_mm_or_si128(lows, highs));
 }
 
 // Q4_K (and Q5_K: Block = BlockQ5_K, q's fifth bit from qh) times T tokens for R rows, on
