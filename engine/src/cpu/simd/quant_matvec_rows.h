@@ -215,38 +215,69 @@ inline __m256i bit_bytes(uint32_t bits, __m256i value) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), value);
 }
 
-// Q4_0/Q5_0: w = d (q - half), q unsigned, so a block's product is d d_x (sum(q q_x) - half sum(q_x));
-// Q4_1/Q5_1: w = d q + m, so it is d d_x sum(q q_x) + m d_x sum(q_x). The 16 bytes of nibbles
-// are weights 0-15 (low) and 16-31 (high); qh, where the block has it, their fifth bits.
-template <class Isa, class Block>
-void matvec_32_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
-                    const Q8Activations& x, float* y) {
-  constexpr float kHalf = kHasFifthBit<Block> ? 16 : 8;
-  const int64_t blocks = cols / 32;
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  const __m256i fifth = _mm256_set1_epi8(0x10);
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const auto* b = reinterpret_cast<const Block*>(w + r * row_bytes);
-    __m256 acc = _mm256_setzero_ps();
-    float offsets = 0;  // sum over blocks of (m or d) d_x sum(q_x)
+// Q4_0/Q5_0 (w = d (q - half)) and Q4_1/Q5_1 (w = d q + m) times T tokens for R rows. The
+// 16 bytes of nibbles are weights 0-15 (low) and 16-31 (high); qh, where the block has it,
+// their fifth bits. _0: q - half as signed bytes, so a block's product is d d_x dot(q - half,
+// q_x) in int32, as llama.cpp's vec_dot_q4_0_q8_0 / q5_0_q8_0 take it; _1: d d_x dot(q, q_x)
+// + m d_x sum(q_x). Each block's weights are unpacked once for T tokens; the same operations
+// per (row, token) whatever R, T and n are.
+template <class Isa, class Block, int Rows = 2, int Tokens = 2>
+struct Q32Tile {
+  static constexpr int kRows = Rows, kTokens = Tokens;
+
+  template <int R, int T>
+  static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
+    const Block* b[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const Block*>(w + i * row_bytes);
+    __m256 acc[R][T];
+    float offsets[R][T];  // _1: sum over blocks of m d_x sum(q_x)
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps(), offsets[i][t] = 0;
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m256i fifth = _mm256_set1_epi8(0x10), half = _mm256_set1_epi8(kHasFifthBit<Block> ? 16 : 8);
+    const int64_t blocks = cols / 32;
     for (int64_t k = 0; k < blocks; ++k) {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[k].qs));
-      __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4), _mm_and_si128(bytes, low4));
-      if constexpr (kHasFifthBit<Block>) {
-        uint32_t qh;
-        std::memcpy(&qh, b[k].qh, 4);
-        q = _mm256_or_si256(q, bit_bytes(qh, fifth));
+      if (k % 2 == 0) prefetch_next_rows<R>(b, k, row_bytes);  // a block pair spans at most two lines
+      __m256i q[R], u[R];
+      float d[R], m[R];
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i][k].qs));
+        q[i] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4), _mm_and_si128(bytes, low4));
+        if constexpr (kHasFifthBit<Block>) {
+          uint32_t qh;
+          std::memcpy(&qh, b[i][k].qh, 4);
+          q[i] = _mm256_or_si256(q[i], bit_bytes(qh, fifth));
+        }
+        if constexpr (!kHasMin<Block>) {
+          q[i] = _mm256_sub_epi8(q[i], half);
+          u[i] = _mm256_sign_epi8(q[i], q[i]);
+        } else {
+          m[i] = _cvtsh_ss(b[i][k].m);
+        }
+        d[i] = _cvtsh_ss(b[i][k].d);
       }
-      const float dd = _cvtsh_ss(b[k].d) * x.d[k];
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Isa::dot_u8s8(q, load32(&x.q[32 * k]))), _mm256_set1_ps(dd), acc);
-      if constexpr (kHasMin<Block>)
-        offsets += _cvtsh_ss(b[k].m) * x.d[k] * float(x.sum[k]);
-      else
-        offsets += dd * float(x.sum[k]);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const __m256i xq = load32(&x[t].q[32 * k]);
+        const float xd = x[t].d[k];
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+          const __m256i p = kHasMin<Block> ? Isa::dot_u8s8(q[i], xq) : Isa::dot_u8s8(u[i], _mm256_sign_epi8(xq, q[i]));
+          acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d[i] * xd), acc[i][t]);
+          if constexpr (kHasMin<Block>) offsets[i][t] += m[i] * xd * float(x[t].sum[k]);
+        }
+      }
     }
-    y[r - row_begin] = kHasMin<Block> ? hsum(acc) + offsets : hsum(acc) - kHalf * offsets;
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) y[t * ldy + i] = hsum(acc[i][t]) + offsets[i][t];
   }
-}
+};
 
 // Q6_K times T tokens for R rows, on Q8_K activations as llama.cpp's ggml_vec_dot_q6_K_q8_K:
 // per block d d_x sum_j sc_j (dot(q, q_x) - 32 bsum_j) in int32, the 16-weight sub-blocks' scales
@@ -326,11 +357,11 @@ QuantKernels make_quant_kernels(const char* name) {
                       &matmul_tiled<Q8_0Tile<Isa>>,
                       &matmul_tiled<QK4Tile<Isa, BlockQ4_K>>,
                       &matmul_tiled<Q6KTile<Isa>>,
-                      &rows_per_token<&matvec_32_rows<Isa, BlockQ4_0>>,
-                      &rows_per_token<&matvec_32_rows<Isa, BlockQ5_0>>,
+                      &matmul_tiled<Q32Tile<Isa, BlockQ4_0>>,
+                      &matmul_tiled<Q32Tile<Isa, BlockQ5_0>>,
                       &matmul_tiled<QK4Tile<Isa, BlockQ5_K>>,
-                      &rows_per_token<&matvec_32_rows<Isa, BlockQ4_1>>,
-                      &rows_per_token<&matvec_32_rows<Isa, BlockQ5_1>>};
+                      &matmul_tiled<Q32Tile<Isa, BlockQ4_1>>,
+                      &matmul_tiled<Q32Tile<Isa, BlockQ5_1>>};
 }
 
 }  // namespace runahead::simd
