@@ -143,4 +143,29 @@ class KnownDrafter final : public Drafter {
 // Every verify width costs what a plain step costs: speculation always pays.
 inline CostTable flat_costs(int widths = 33) { return CostTable{std::vector<double>(size_t(widths), 1.0)}; }
 
+// Verifies as a CPU prices them: one more token +20 %, then +10 % each.
+inline CostTable cpu_like_costs() {
+  std::vector<double> ms = {1.0};
+  for (int w = 2; w <= 9; ++w) ms.push_back(1.1 + 0.1 * (w - 1));
+  return CostTable{ms};
+}
+
+// Time as a backend priced by `costs` takes it: each forward of width w adds costs.ms[w - 1] ms
+// (the last entry for wider ones). A speculator whose clock_ms reads it judges its drafts by
+// these prices, never by how fast the test machine happens to run.
+class PricedClock {
+ public:
+  PricedClock(MarkovBackend& backend, CostTable costs) : costs_(std::move(costs)) {
+    backend.on_forward = [this](int width) { ms += costs_.ms[size_t(std::min<int>(width, int(costs_.ms.size())) - 1)]; };
+  }
+  PricedClock(const PricedClock&) = delete;
+  std::function<double()> reader() const {
+    return [this] { return ms; };
+  }
+  double ms = 0;
+
+ private:
+  CostTable costs_;
+};
+
 }  // namespace runahead::spec_test

@@ -24,6 +24,8 @@ constexpr double kModelPrior = 0.6;
 constexpr double kFade = 0.99;
 // Weight of the newest verification in a drafter's acceptance estimate.
 constexpr double kDecay = 0.9;
+// What choose() counts a probe as: more than a plain step, less than any draft expected to pay.
+constexpr double kProbeGain = 1.0 + 1e-9;
 
 }  // namespace
 
@@ -101,6 +103,7 @@ nlohmann::json SpeculationStats::to_json() const {
   nlohmann::json j = counts(steps, drafted, accepted);
   j["drafter"] = drafter;
   j["by_drafter"] = by;
+  if (!gates.is_null()) j["gates"] = gates;
   return j;
 }
 
@@ -143,8 +146,14 @@ Speculator::Speculator(Backend& target, std::vector<std::unique_ptr<Drafter>> dr
     wants_hidden_ = wants_hidden_ || d->wants_hidden();
     drafters_.push_back({std::move(d), {}, {}});
   }
+  gates_ = DraftGates(drafters_.size());
   if (wants_hidden_) target_.keep_all_hidden(true);
   stats_.drafter = options_.mode;
+}
+
+double Speculator::now_ms() const {
+  if (options_.clock_ms) return options_.clock_ms();
+  return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count();
 }
 
 void Speculator::begin() {
@@ -170,6 +179,7 @@ void Speculator::observed(int pos0, std::span<const int32_t> tokens) {
 
 void Speculator::end(std::span<const int32_t> all_tokens) {
   for (DrafterState& d : drafters_) d.drafter->end(all_tokens);
+  if (options_.adaptive && !drafters_.empty()) stats_.gates = gates_.to_json();
 }
 
 double Speculator::DrafterState::draft_ms() const {
@@ -205,19 +215,26 @@ Speculator::Choice Speculator::choose(std::span<const int32_t> context, int k_ma
   }
   const double step_ms = costs_.ms.empty() ? 0.0 : costs_.ms[0];
   for (size_t i = 0; i < drafters_.size(); ++i) {
+    if (!gates_.open(i)) continue;
     DrafterState& d = drafters_[i];
     const double draft_ratio = step_ms > 0 ? d.draft_ms() / step_ms : 0.0;
+    // A probed drafter drafts one token where its estimate says drafting pays, and only where
+    // no open drafter expects a gain: the probe is there to measure it.
+    const auto depth = [&](double alpha, int most) {
+      const std::pair<int, double> best_k = best_depth(alpha, draft_ratio, most);
+      if (gates_.probing(i) && best_k.first > 0) return std::pair<int, double>(1, kProbeGain);
+      return best_k;
+    };
     if (d.drafter->drafts_for_free()) {
       Draft draft = d.drafter->propose(context, k_max, sampler);
       if (draft.tokens.empty()) continue;
-      const double alpha = d.acceptance[draft.bucket].alpha(draft.confidence);
-      const auto [k, gain] = best_depth(alpha, draft_ratio, int(draft.tokens.size()));
+      const auto [k, gain] = depth(d.acceptance[draft.bucket].alpha(draft.confidence), int(draft.tokens.size()));
       if (k > 0 && gain > best.gain) {
         draft.tokens.resize(size_t(k));
         best = {int(i), k, gain, std::move(draft)};
       }
     } else {
-      const auto [k, gain] = best_depth(d.acceptance[0].alpha(kModelPrior), draft_ratio, k_max);
+      const auto [k, gain] = depth(d.acceptance[0].alpha(kModelPrior), k_max);
       if (k > 0 && gain > best.gain) best = {int(i), k, gain, {}};
     }
   }
@@ -273,19 +290,30 @@ void Speculator::record(int drafter, int bucket, int k, int accepted) {
 
 SpecStep Speculator::step(std::vector<int32_t>& cached, int32_t pending, Sampler& sampler, int budget,
                           std::vector<float>& logits) {
+  const double start = now_ms();
+  int asked = -1;
+  SpecStep out = decode(cached, pending, sampler, budget, logits, asked);
+  gates_.record(asked, now_ms() - start, int(out.tokens.size()));
+  return out;
+}
+
+SpecStep Speculator::decode(std::vector<int32_t>& cached, int32_t pending, Sampler& sampler, int budget,
+                            std::vector<float>& logits, int& asked) {
   const int pos0 = target_.kv_len();
   // Drafts past what the request may still emit, or past the context, are wasted work.
   int k_max = std::min({options_.max_draft, budget - 1, target_.context_length() - pos0 - 1});
   if (target_.max_verify_width() > 0) k_max = std::min(k_max, target_.max_verify_width() - 1);
   fade();
-  if (drafters_.empty() || k_max <= 0) return plain_step(cached, pending, sampler, logits);
+  if (drafters_.empty() || k_max <= 0 || plain_only()) return plain_step(cached, pending, sampler, logits);
 
   context_.assign(cached.begin(), cached.end());
   context_.push_back(pending);
   Choice choice = choose(context_, k_max, sampler);
   if (choice.drafter < 0) return plain_step(cached, pending, sampler, logits);
+  if (!drafters_[size_t(choice.drafter)].drafter->drafts_for_free()) asked = choice.drafter;  // its time counts even if it gives nothing
   const Draft draft = drafted(choice, context_, sampler);
   if (draft.tokens.empty()) return plain_step(cached, pending, sampler, logits);
+  asked = choice.drafter;
   const int k = int(draft.tokens.size());
 
   input_.assign(1, pending);
@@ -333,12 +361,13 @@ void Speculator::run_greedy(std::vector<int32_t>& cached, int32_t pending, int b
     const int k_max = std::min({k_limit, capacity - positions - 1, budget - out - 1});
     if (k_max < 0) return false;
     Queued q;
+    const bool may_draft = !drafters_.empty() && k_max > 0 && !plain_only();
     if (!queue.empty()) {
       if (!queue.back().draft.empty()) return false;
       // The step before is plain: the drafter's first token would stand for its unknown token.
-      if (!drafters_.empty() && k_max > 0 && choose(context_, k_max + 1, sampler).drafter >= 0) return false;
+      if (may_draft && choose(context_, k_max + 1, sampler).drafter >= 0) return false;
       fade();
-    } else if (fade(); !drafters_.empty() && k_max > 0) {
+    } else if (fade(); may_draft) {
       Choice choice = choose(context_, k_max, sampler);
       if (choice.drafter >= 0) {
         Draft draft = drafted(choice, context_, sampler);
@@ -355,6 +384,7 @@ void Speculator::run_greedy(std::vector<int32_t>& cached, int32_t pending, int b
   };
 
   target_.begin_greedy_run(pending);
+  double last_read = now_ms();  // steps run ahead: each is timed from the verdict before it
   try {
     if (enqueue()) {
       for (;;) {
@@ -364,6 +394,9 @@ void Speculator::run_greedy(std::vector<int32_t>& cached, int32_t pending, int b
         const int pos0 = target_.kv_len();
         const GreedyVerdict v = target_.next_verdict();
         const int keep = 1 + v.accepted;
+        const double read = now_ms();
+        gates_.record(step.drafter, read - last_read, keep);
+        last_read = read;
         const std::span<const int32_t> kept_drafts(step.draft.data(), size_t(v.accepted));
         const size_t kept_from = cached.size();
         cached.push_back(context_.back());

@@ -4,7 +4,9 @@
 // target's own next token, and roll the KV cache back past it. Lossless: greedy output
 // is the target's greedy output token for token, sampled output has the target's
 // distribution. k is chosen each step from the measured cost of a verify of width k+1
-// and the acceptance each drafter has earned, so a step never costs more than it brings.
+// and the acceptance each drafter has earned; whether a drafter drafts at all is judged
+// from the time its steps really took against plain steps (runtime/draft_gate.h), so
+// where drafts do not pay nothing is drafted and each step is the plain step.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -16,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/backend.h"
+#include "runtime/draft_gate.h"
 #include "runtime/drafter.h"
 #include "runtime/sampler.h"
 
@@ -26,6 +29,7 @@ struct SpeculationOptions {
   int max_draft = 8;          // most tokens drafted in one step (k)
   std::string draft_model;    // a model folder; empty: <model>/draft when present
   bool adaptive = true;       // false: always draft max_draft with the first drafter that can (tests)
+  std::function<double()> clock_ms;  // what the step times are read from; empty: the steady clock (tests bring their own)
 };
 
 // Time of one target forward of width w (w = 1..max_draft+1) as measured at load.
@@ -52,6 +56,7 @@ struct SpeculationStats {
   int drafted = 0;
   int accepted = 0;
   std::map<std::string, DrafterCounts> by_drafter;
+  nlohmann::json gates;  // as the request left them: the plain step's time, each drafter's gate
   nlohmann::json to_json() const;
 };
 
@@ -137,6 +142,13 @@ class Speculator {
     std::vector<int32_t> draft;
   };
 
+  // The step itself, untimed; `asked` is the drafter whose draft it verified or whose proposal
+  // it waited for (-1: none).
+  SpecStep decode(std::vector<int32_t>& cached, int32_t pending, Sampler& sampler, int budget,
+                  std::vector<float>& logits, int& asked);
+  // No drafter is asked: every gate is shut, or the plain step needs timing.
+  bool plain_only() const { return options_.adaptive && gates_.plain_next(); }
+  double now_ms() const;
   // The k in [0, k_max] with the most expected tokens per unit of time; gain 1 at k = 0.
   std::pair<int, double> best_depth(double alpha, double draft_ratio, int k_max) const;
   Choice choose(std::span<const int32_t> context, int k_max, Sampler& sampler);
@@ -156,6 +168,7 @@ class Speculator {
   CostTable costs_;
   bool wants_hidden_ = false;
   SpeculationStats stats_;
+  DraftGates gates_;
   std::vector<int32_t> context_, input_;
 };
 
