@@ -116,9 +116,9 @@ TEST_CASE("every draft wrong: after a few probes nothing is drafted and a step c
     }
     CAPTURE(late_steps);
     CAPTURE(late_verifying);
-    // Only probes draft: a few one-token drafts every 128 steps or more.
-    CHECK(late_drafted == late_verifying);
+    // Only probes draft: three steps every 128 or more, as deep as the acceptance estimate says.
     CHECK(late_verifying <= 3 * (late_steps / 128 + 1));
+    CHECK(late_drafted <= 2 * late_verifying);
     // The issue's bound: at most 2 % slower than speculation off.
     CHECK(late_ms <= 1.02 * late_plain_ms);
   }
@@ -186,7 +186,7 @@ TEST_CASE("a workload that changes between requests: the gate follows it") {
   for (int r = 0; r < 6; ++r) {
     const Session::Outcome o = s.request(random_prompt(rng), 100);
     // The first wrong request pays for the steps that shut the gate; then only probes draft.
-    CHECK(o.ms <= (r == 0 ? 1.15 : 1.01) * o.plain_ms);
-    if (r > 0) CHECK(o.stats.speculation.drafted <= 3);
+    CHECK(o.ms <= (r == 0 ? 1.15 : 1.02) * o.plain_ms);
+    if (r > 0) CHECK(o.stats.speculation.steps <= 3);
   }
 }

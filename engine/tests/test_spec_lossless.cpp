@@ -373,7 +373,7 @@ TEST_CASE("adaptive depth: speculates deep when verifying is cheap and drafts ar
     return got.result.stats;
   };
   // Cheap verifies, right drafts: nearly every step drafts the most it may (after two plain
-  // steps that time the plain step, and a probe of three one-token drafts).
+  // steps that time the plain step, and a probe of three drafting steps).
   const GenerateStats right = run_with(KnownDrafter::Right, flat_costs());
   CHECK(right.speculation.accepted == right.speculation.drafted);
   CHECK(right.steps <= 120 / 8 + 6);

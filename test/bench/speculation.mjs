@@ -16,6 +16,8 @@
 //
 //   node test/bench/speculation.mjs [--model DIR] [--engine PATH] [--tasks 40] [--max-tokens 64]
 //        [--threads 0] [--seed 1] [--modes off,lookup,mtp,draft,auto] [--fixed-k 4] [--edit-tasks 12] [--json OUT]
+//        [--draft-model DIR]   (the draft model of `draft` and `auto`)
+//        [--prompts-out FILE]  (writes the FIM tasks' token ids, for engine/bench/cpu/speculation_gate.cpp, and stops)
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
@@ -224,16 +226,23 @@ function table(results, baseline) {
 }
 
 const fixedK = Number(arg('fixed-k', 4));
+const draftModel = arg('draft-model');
 const variants = [];
 for (const mode of modes) {
-  variants.push({ name: mode, options: { speculation: mode } });
-  if (mode !== 'off' && fixedK > 0) variants.push({ name: `${mode}@k${fixedK}`, options: { speculation: mode, max_draft: fixedK, adaptive_depth: false } });
+  const options = { speculation: mode, ...(draftModel && (mode === 'draft' || mode === 'auto') ? { draft_model: draftModel } : {}) };
+  variants.push({ name: mode, options });
+  if (mode !== 'off' && fixedK > 0) variants.push({ name: `${mode}@k${fixedK}`, options: { ...options, max_draft: fixedK, adaptive_depth: false } });
 }
 
 const tasks = makeTasks();
+if (arg('prompts-out')) {
+  writeFileSync(arg('prompts-out'), JSON.stringify(tasks.map((t) => t.prompt)));
+  process.exit(0);
+}
 console.log(`model ${relative(root, model) || model}; ${tasks.length} FIM tasks (${fimOrder}, ${haveFim ? 'FIM tokens' : 'left to right'}) from node_modules, seed ${seed}; ` +
   `prompt tokens mean ${(tasks.reduce((n, t) => n + t.prompt.length, 0) / tasks.length).toFixed(0)}; max_tokens ${maxTokens}; greedy; threads ${threads || 'auto'}`);
-console.log(`variants: each mode with adaptive depth (max_draft 8), and @k${fixedK}: always ${fixedK} drafted tokens (adaptive_depth false)`);
+console.log(`variants: each mode with adaptive depth (max_draft 8), and @k${fixedK}: always ${fixedK} drafted tokens (adaptive_depth false)` +
+  (draftModel ? `; draft model ${draftModel}` : ''));
 const results = await runVariants(variants, tasks, 'fim');
 const baseline = results.find((r) => r.mode === 'off' && !r.error);
 console.log('\nreal code (FIM from node_modules):');

@@ -6,7 +6,8 @@
 // drafted (drafting, catch-up and verify) with what plain steps, measured meanwhile, would have
 // taken for the tokens they gave, and shuts the drafter when it does not pay: with every gate
 // shut a step is the plain step and nothing is drafted. A shut drafter is probed again now and
-// then (a few steps, one token deep), after twice as many steps each time a probe fails, and
+// then (a few steps, as deep as its acceptance estimate says), after twice as many steps each
+// time a probe fails, and
 // never so often that probing costs more than about 1 % of the plain time. Hysteresis: a probe
 // opens the gate only when its steps cost at most 0.97x plain per token; an open gate shuts when
 // its recent steps cost more than plain.
@@ -23,7 +24,7 @@ class DraftGates {
 
   // Whether drafter d may draft on the next step (open, or probing).
   bool open(size_t d) const { return gates_[d].state != State::Shut; }
-  // While probing, a drafter drafts one token deep: enough to see whether it pays.
+  // While probing, a drafter drafts only where no open one would: its steps are measured.
   bool probing(size_t d) const { return gates_[d].state == State::Probing; }
   // No gate is open, or the plain step's time needs a fresh measurement: the next step is plain.
   bool plain_next() const;

@@ -218,11 +218,12 @@ Speculator::Choice Speculator::choose(std::span<const int32_t> context, int k_ma
     if (!gates_.open(i)) continue;
     DrafterState& d = drafters_[i];
     const double draft_ratio = step_ms > 0 ? d.draft_ms() / step_ms : 0.0;
-    // A probed drafter drafts one token where its estimate says drafting pays, and only where
-    // no open drafter expects a gain: the probe is there to measure it.
+    // A probed drafter drafts as deep as its estimate says (on a CPU the first drafted token
+    // costs the most: one token deep would judge it too harshly), and only where no open
+    // drafter expects a gain: the probe is there to measure it.
     const auto depth = [&](double alpha, int most) {
       const std::pair<int, double> best_k = best_depth(alpha, draft_ratio, most);
-      if (gates_.probing(i) && best_k.first > 0) return std::pair<int, double>(1, kProbeGain);
+      if (gates_.probing(i) && best_k.first > 0) return std::pair<int, double>(best_k.first, kProbeGain);
       return best_k;
     };
     if (d.drafter->drafts_for_free()) {
