@@ -23,15 +23,18 @@ inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<con
 // Touches block k of the rows two groups of R on (`row_bytes` apart): R interleaved rows are
 // R streams too short for the hardware prefetcher. Without it a matrix beyond the caches (the
 // 0.5B lm_head, 145 MB) took 2-3x the one-row kernel's time for one token; with it, ~1.5x.
-// Every cache line of the block (a K-quant block spans up to four).
+// Every cache line of the block (a K-quant block spans up to four), by inline asm: GCC 12's
+// dead-code elimination dropped every _mm_prefetch of these loops for the 144- and 210-byte
+// blocks (two or more per row), though not the one of a Q8_0 block.
 template <int R, class Block>
 inline void prefetch_next_rows(const Block* const (&b)[R], int64_t k, size_t row_bytes) {
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
     const char* p = reinterpret_cast<const char*>(&b[i][k]) + 2 * R * row_bytes;
 #pragma GCC unroll 4
-    for (size_t line = 0; line < sizeof(Block); line += 64) _mm_prefetch(p + line, _MM_HINT_T0);
-    if constexpr (sizeof(Block) % 64 != 0 && sizeof(Block) > 64) _mm_prefetch(p + sizeof(Block) - 1, _MM_HINT_T0);
+    for (size_t line = 0; line < sizeof(Block); line += 64) asm volatile("prefetcht0 %0" : : "m"(p[line]));
+    if constexpr (sizeof(Block) % 64 != 0 && sizeof(Block) > 64)
+      asm volatile("prefetcht0 %0" : : "m"(p[sizeof(Block) - 1]));
   }
 }
 
