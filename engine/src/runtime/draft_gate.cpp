@@ -9,8 +9,9 @@ namespace {
 
 constexpr double kPlainDecay = 0.9;  // weight of the older plain-step times
 constexpr double kDecay = 0.8;       // weight of a drafter's older steps
-// A plain step timed above this many times the average counts as this many: a busy machine
-// only ever adds time, and a plain step timed too slow would make every draft look worth it.
+// A step timed above this many times what is expected of it counts as this many: a busy machine
+// only ever adds time (a plain step timed too slow would make every draft look worth it, a verify
+// timed too slow would shut a drafter that pays).
 constexpr double kOutlier = 1.5;
 constexpr int kJudgeAfter = 3;       // steps a drafter drafts before its gate is judged
 constexpr double kOpenAtMost = 0.97; // a probe opens the gate at this cost ratio or less
@@ -36,7 +37,7 @@ void DraftGates::shut(Gate& g) {
   g.backoff = std::min(2 * g.backoff, kMaxBackoff);
 }
 
-void DraftGates::record(int drafter, double ms, int tokens) {
+void DraftGates::record(int drafter, double ms, int tokens, double verify_ratio, double draft_ms) {
   for (Gate& g : gates_) {
     if (g.state == State::Shut && --g.wait <= 0) {
       const int backoff = g.backoff;
@@ -55,6 +56,7 @@ void DraftGates::record(int drafter, double ms, int tokens) {
   Gate& g = gates_[size_t(drafter)];
   // A step queued (run ahead) before its gate shut, or one before any plain step was timed.
   if (g.state == State::Shut || plain_samples_ == 0) return;
+  if (plain_samples_ >= 4) ms = draft_ms + std::min(ms - draft_ms, kOutlier * verify_ratio * plain_ms_);
   g.cost = kDecay * g.cost + ms;
   g.plain = kDecay * g.plain + double(tokens) * plain_ms_;
   if (++g.steps < kJudgeAfter) return;

@@ -30,8 +30,11 @@ class DraftGates {
   bool plain_next() const;
 
   // A step took `ms` and gave `tokens`; `drafter` is the drafter whose draft it verified (or
-  // whose proposal it waited for), -1 for a plain step.
-  void record(int drafter, double ms, int tokens);
+  // whose proposal it waited for), -1 for a plain step. `draft_ms` of it went to drafting, the
+  // rest to a verify expected to cost `verify_ratio` plain steps (the cost table's ratio): a
+  // verify or plain step timed far above what is expected of it counts as that bound, so
+  // that a busy machine, which only ever adds time, does not favour either side.
+  void record(int drafter, double ms, int tokens, double verify_ratio = 1.0, double draft_ms = 0.0);
 
   // The plain step's measured time (0: none yet) and, per drafter, its state and cost ratio.
   nlohmann::json to_json() const;

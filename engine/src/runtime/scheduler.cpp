@@ -292,14 +292,14 @@ void Speculator::record(int drafter, int bucket, int k, int accepted) {
 SpecStep Speculator::step(std::vector<int32_t>& cached, int32_t pending, Sampler& sampler, int budget,
                           std::vector<float>& logits) {
   const double start = now_ms();
-  int asked = -1;
-  SpecStep out = decode(cached, pending, sampler, budget, logits, asked);
-  gates_.record(asked, now_ms() - start, int(out.tokens.size()));
+  StepCost cost;
+  SpecStep out = decode(cached, pending, sampler, budget, logits, cost);
+  gates_.record(cost.asked, now_ms() - start, int(out.tokens.size()), costs_.ratio(cost.width), cost.draft_ms);
   return out;
 }
 
 SpecStep Speculator::decode(std::vector<int32_t>& cached, int32_t pending, Sampler& sampler, int budget,
-                            std::vector<float>& logits, int& asked) {
+                            std::vector<float>& logits, StepCost& cost) {
   const int pos0 = target_.kv_len();
   // Drafts past what the request may still emit, or past the context, are wasted work.
   int k_max = std::min({options_.max_draft, budget - 1, target_.context_length() - pos0 - 1});
@@ -307,15 +307,18 @@ SpecStep Speculator::decode(std::vector<int32_t>& cached, int32_t pending, Sampl
   fade();
   if (drafters_.empty() || k_max <= 0 || plain_only()) return plain_step(cached, pending, sampler, logits);
 
+  const double drafting = now_ms();
   context_.assign(cached.begin(), cached.end());
   context_.push_back(pending);
   Choice choice = choose(context_, k_max, sampler);
   if (choice.drafter < 0) return plain_step(cached, pending, sampler, logits);
-  if (!drafters_[size_t(choice.drafter)].drafter->drafts_for_free()) asked = choice.drafter;  // its time counts even if it gives nothing
+  if (!drafters_[size_t(choice.drafter)].drafter->drafts_for_free()) cost.asked = choice.drafter;  // its time counts even if it gives nothing
   const Draft draft = drafted(choice, context_, sampler);
+  cost.draft_ms = now_ms() - drafting;
   if (draft.tokens.empty()) return plain_step(cached, pending, sampler, logits);
-  asked = choice.drafter;
   const int k = int(draft.tokens.size());
+  cost.asked = choice.drafter;
+  cost.width = k + 1;
 
   input_.assign(1, pending);
   input_.insert(input_.end(), draft.tokens.begin(), draft.tokens.end());
@@ -396,7 +399,7 @@ void Speculator::run_greedy(std::vector<int32_t>& cached, int32_t pending, int b
         const GreedyVerdict v = target_.next_verdict();
         const int keep = 1 + v.accepted;
         const double read = now_ms();
-        gates_.record(step.drafter, read - last_read, keep);
+        gates_.record(step.drafter, read - last_read, keep, costs_.ratio(1 + int(step.draft.size())));
         last_read = read;
         const std::span<const int32_t> kept_drafts(step.draft.data(), size_t(v.accepted));
         const size_t kept_from = cached.size();

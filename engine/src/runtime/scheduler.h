@@ -142,10 +142,15 @@ class Speculator {
     std::vector<int32_t> draft;
   };
 
-  // The step itself, untimed; `asked` is the drafter whose draft it verified or whose proposal
-  // it waited for (-1: none).
+  // What a step's time went to, for the gates.
+  struct StepCost {
+    int asked = -1;       // the drafter whose draft it verified or whose proposal it waited for
+    int width = 1;        // tokens verified
+    double draft_ms = 0;  // time spent choosing and drafting
+  };
+  // The step itself, untimed.
   SpecStep decode(std::vector<int32_t>& cached, int32_t pending, Sampler& sampler, int budget,
-                  std::vector<float>& logits, int& asked);
+                  std::vector<float>& logits, StepCost& cost);
   // No drafter is asked: every gate is shut, or the plain step needs timing.
   bool plain_only() const { return options_.adaptive && gates_.plain_next(); }
   double now_ms() const;
