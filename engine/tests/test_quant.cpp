@@ -292,6 +292,37 @@ TEST_CASE("quant: matvec of every kernel table matches a double reference on the
   }
 }
 
+TEST_CASE("quant: every kernel table quantizes activations as Q8Activations::quantize does, bit for bit") {
+  const int64_t cols = 1024;
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(cols);
+  for (float& v : x) v = normal(rng) * (rng() % 50 == 0 ? 30.0f : 1.0f);
+  for (int i = 256; i < 512; ++i) x[i] = 0;           // a zero block of 256 (and eight of 32)
+  for (int i = 512; i < 768; ++i) x[i] = normal(rng) * 0.1f;
+  x[520] = -3.0f, x[530] = 3.0f, x[600] = 3.0f;  // block 2's largest magnitude, first negative
+  for (int i = 768; i < 800; ++i) x[i] = (i % 5) * 0.5f;  // q exactly at halves: round to even
+  Q8Activations want;
+  want.quantize(x.data(), cols);
+  for (const QuantKernels* k : available_quant_kernels()) {
+    INFO(k->simd);
+    Q8Activations got;
+    k->quantize(got, x.data(), cols, kAllBlocks);
+    CHECK(got.d == want.d);
+    CHECK(got.q == want.q);
+    CHECK(got.sum == want.sum);
+    CHECK(got.dk == want.dk);
+    CHECK(got.qk == want.qk);
+    CHECK(got.bsum16 == want.bsum16);
+    CHECK(got.bsum32 == want.bsum32);
+  }
+  // quantize_row_q8_K_ref: iscale = -127 / (the first element of largest |x|), d = 1 / iscale.
+  CHECK(want.dk[2] == 1 / (-127.f / -3.0f));
+  CHECK(want.qk[520] == -127);
+  CHECK(want.qk[530] == 127);
+  CHECK(want.dk[1] == 0);
+}
+
 TEST_CASE("quant: every kernel table's multi-token rows give each of n = 2..9 and 64 tokens its single-token result") {
   // 67 rows leave a remainder after any row tile; 800 columns are an odd number of 32-blocks.
   const int64_t rows = 67;

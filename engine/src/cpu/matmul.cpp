@@ -16,7 +16,7 @@ void matmul(const CpuContext& cx, std::span<const MatmulJob> jobs, const float* 
   if (blocks) {
     const int64_t in = jobs.front().w->cols();
     cx.xq.resize(size_t(std::max(n, 1)));
-    for (int t = 0; t < n; ++t) cx.xq[size_t(t)].quantize(x + int64_t(t) * in, in, blocks);
+    for (int t = 0; t < n; ++t) cx.quant.quantize(cx.xq[size_t(t)], x + int64_t(t) * in, in, blocks);
   }
   // Multiples of 16 rows keep every thread's range a whole number of row tiles.
   cx.pool.for_range(total, 16, [&](int64_t begin, int64_t end) {

@@ -64,6 +64,10 @@ void Q8Activations::quantize(const float* x, int64_t n, unsigned blocks) {
   }
 }
 
+void quantize_activations(Q8Activations& xq, const float* x, int64_t cols, unsigned blocks) {
+  xq.quantize(x, cols, blocks);
+}
+
 std::vector<const QuantKernels*> available_quant_kernels() {
   std::vector<const QuantKernels*> tables;
 #ifdef RUNAHEAD_X86

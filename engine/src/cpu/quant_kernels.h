@@ -57,8 +57,15 @@ void rows_per_token(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64
   for (int t = 0; t < n; ++t) rows(w, row_bytes, row_begin, row_end, cols, x[t], y + t * ldy);
 }
 
+// xq = x[cols] quantized into `blocks` (Q8Activations::quantize's result, bit for bit).
+using QuantizeActivationsFn = void (*)(Q8Activations& xq, const float* x, int64_t cols, unsigned blocks);
+
+// Q8Activations::quantize as a table entry: the portable and AVX2 tables' quantizer.
+void quantize_activations(Q8Activations& xq, const float* x, int64_t cols, unsigned blocks);
+
 struct QuantKernels {
   const char* simd;  // "avx512-vnni", "avx2", "portable"
+  QuantizeActivationsFn quantize;
   QuantMatmulRowsFn q8_0;
   QuantMatmulRowsFn q4_k;
   QuantMatmulRowsFn q6_k;

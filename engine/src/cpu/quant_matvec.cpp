@@ -12,7 +12,7 @@ constexpr size_t kTileBytes = 64u << 10;  // weight bytes of one prefill tile (f
 
 void matvec_quant(ThreadPool& pool, const QuantKernels& kernels, const QuantMatrix& w, const float* x,
                   Q8Activations& xq, float* y) {
-  xq.quantize(x, w.cols, activation_blocks(w.type));
+  kernels.quantize(xq, x, w.cols, activation_blocks(w.type));
   const QuantMatmulRowsFn rows = kernels.rows(w.type);
   const size_t row_bytes = w.row_bytes();
   pool.for_range(w.rows, kRowAlign, [&](int64_t begin, int64_t end) {
@@ -34,7 +34,7 @@ void matmul_quant_rows(const QuantKernels& kernels, const QuantMatrix& w, int64_
 void matmul_quant(ThreadPool& pool, const QuantKernels& kernels, const QuantMatrix& w, const float* x, int n,
                   float* y) {
   std::vector<Q8Activations> xq(n);
-  for (int t = 0; t < n; ++t) xq[t].quantize(x + int64_t(t) * w.cols, w.cols, activation_blocks(w.type));
+  for (int t = 0; t < n; ++t) kernels.quantize(xq[t], x + int64_t(t) * w.cols, w.cols, activation_blocks(w.type));
   pool.for_range(w.rows, kRowAlign, [&](int64_t begin, int64_t end) {
     matmul_quant_rows(kernels, w, begin, end, xq.data(), n, y);
   });

@@ -105,6 +105,7 @@ void matvec_32_rows(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64
 
 const QuantKernels& portable_quant_kernels() {
   static const QuantKernels k{"portable",
+                              &quantize_activations,
                               &rows_per_token<&matvec_q8_0_rows>,
                               &rows_per_token<&matvec_k_rows<BlockQ4_K>>,
                               &rows_per_token<&matvec_q6_k_rows>,

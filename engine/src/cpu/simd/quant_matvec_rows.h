@@ -357,6 +357,7 @@ struct Q6KTile {
 template <class Isa>
 QuantKernels make_quant_kernels(const char* name) {
   return QuantKernels{name,
+                      &quantize_activations,
                       &matmul_tiled<Q8_0Tile<Isa>>,
                       &matmul_tiled<QK4Tile<Isa, BlockQ4_K>>,
                       &matmul_tiled<Q6KTile<Isa>>,
