@@ -140,6 +140,7 @@ TEST_CASE("protocol: fields of the wrong type are bad_request naming the field")
       {R"({"type":"load","id":1,"model":"x","options":{"speculation":"magic"}})", "options.speculation"},
       {R"({"type":"load","id":1,"model":"x","options":{"max_draft":0}})", "options.max_draft"},
       {R"({"type":"load","id":1,"model":"x","options":{"weights":"q4_0"}})", "options.weights"},
+      {R"({"type":"load","id":1,"model":"x","options":{"lm_head":"int4"}})", "options.lm_head"},
       {R"({"type":"load","id":1,"model":"x","options":{"newline_tokens":[1,"x"]}})", "options.newline_tokens[1]"},
       {R"({"type":"launch","id":1})", "type"},
       {R"({"id":1})", "type"},

@@ -98,3 +98,26 @@ TEST_CASE("protocol weights: a Q8_0 bundle with its MTP head and draft loads, an
   CHECK(drafters == std::vector<std::string>{"lookup", "mtp", "draft"});
   CHECK(generate(engine, prompt, 48) == plain);
 }
+
+// fp8 weights run on the CUDA backend only: asked of another backend, the load is refused
+// naming the option (never a silent bf16 run), and the engine stays usable.
+TEST_CASE("protocol weights: fp8 weights and lm_head are refused on the CPU backend, naming the option") {
+  EngineProcess engine;
+  const fs::path model = kModels / "qwen2-tied-bf16";
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"backend", "cpu"}, {"weights", "fp8"}}, "options.weights"},
+      {{{"backend", "cpu"}, {"lm_head", "fp8"}}, "options.lm_head"},
+      {{{"backend", "cpu"}, {"weights", "fp8"}, {"lm_head", "bf16"}}, "options.lm_head"},
+  };
+  for (const auto& [options, field] : cases) {
+    CAPTURE(options.dump());
+    const json reply = load(engine, model, options);
+    REQUIRE(reply["type"] == "error");
+    CHECK(reply["code"] == "bad_request");
+    CHECK(reply.value("field", "") == field);
+    CHECK(reply["message"].get<std::string>().find("fp8") != std::string::npos);
+  }
+  const json loaded = load(engine, model, {{"backend", "cpu"}, {"lm_head", "bf16"}, {"speculation", "off"}});
+  CHECK(loaded["type"] == "loaded");
+  CHECK(generate(engine).size() == 16);
+}

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <random>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,7 @@
 #include "cuda/step_parts.h"
 #include "model/arch.h"
 #include "model/error.h"
+#include "model/quantize.h"
 #include "model/weights.h"
 #include "runtime/bench.h"
 
@@ -30,11 +34,16 @@ struct CudaBenchArgs {
   std::string model, random_shape;
   int ctx = 512, tokens = 256, prefill = 2048, reps = 200;
   bool json = false;
+  bool fp8_matrices = false, fp8_lm_head = false;  // --weights fp8, --lm-head fp8 (the load options)
+  std::string agreement;  // --agreement FILE: token ids (separated by commas or whitespace) of real text
 };
 
 constexpr const char* kUsage =
     "usage: runahead-engine bench --backend cuda (--model DIR | --random-shape qwen2.5-coder-0.5b|1.5b|7b)\n"
-    "                             [--ctx N] [--tokens N] [--prefill N] [--reps N] [--json]\n";
+    "                             [--ctx N] [--tokens N] [--prefill N] [--reps N] [--weights auto|fp8]\n"
+    "                             [--lm-head auto|fp8] [--agreement IDS_FILE] [--json]\n"
+    "--agreement: instead of timing, the top-1 agreement of the fp8 options with the model as stored,\n"
+    "teacher-forced over the file's tokens (every position's argmax, both on the device).\n";
 
 CudaBenchArgs parse(int argc, char** argv) {
   CudaBenchArgs a;
@@ -64,7 +73,12 @@ CudaBenchArgs parse(int argc, char** argv) {
     else if (arg == "--prefill") a.prefill = count(i);
     else if (arg == "--reps") a.reps = std::max(1, count(i));
     else if (arg == "--json") a.json = true;
-    else throw std::invalid_argument("unknown argument '" + arg + "'");
+    else if (arg == "--agreement") a.agreement = value(i);
+    else if (arg == "--weights" || arg == "--lm-head") {
+      const std::string v = value(i);
+      if (v != "auto" && v != "fp8") throw std::invalid_argument(arg + " expects auto or fp8, got '" + v + "'");
+      (arg == "--weights" ? a.fp8_matrices : a.fp8_lm_head) = v == "fp8";
+    } else throw std::invalid_argument("unknown argument '" + arg + "'");
   }
   if (a.model.empty() == a.random_shape.empty())
     throw std::invalid_argument("give exactly one of --model and --random-shape");
@@ -131,7 +145,7 @@ nlohmann::json profile_decode_ops(CudaBackend& backend, int reps) {
   StepParts& p = backend.step_parts();
   const ModelWeights& w = p.weights();
   const ModelConfig& c = w.config;
-  const size_t es = dtype_size(w.dtype);
+  const size_t es = dtype_size(p.layer_dtype()), head_es = dtype_size(p.head_dtype());
   const int L = c.num_layers, H = c.hidden_size, I = c.intermediate_size;
   const int qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
   struct Family {
@@ -154,7 +168,8 @@ nlohmann::json profile_decode_ops(CudaBackend& backend, int reps) {
     families.push_back({name, [&p, op, L] { for (int l = 0; l < L; ++l) p.enqueue_op(op, l, 1); },
                         double(L) * bytes});
   }
-  families.push_back({"rmsnorm_lm_head_argmax", [&] { p.enqueue_head(0, 1, StepEnd{}); }, double(c.vocab_size) * H * es});
+  families.push_back(
+      {"rmsnorm_lm_head_argmax", [&] { p.enqueue_head(0, 1, StepEnd{}); }, double(c.vocab_size) * H * head_es});
   nlohmann::json out = nlohmann::json::array();
   for (const Family& f : families) {
     GraphExec g = p.capture(f.enqueue);
@@ -218,7 +233,7 @@ nlohmann::json profile_decode_step(CudaBackend& backend, int reps) {
     phases.push_back({{"phase", names[p]}, {"us_per_step", (work[p] + wait[p]) / reps},
                       {"work_us_per_step", work[p] / reps}, {"barrier_us_per_step", wait[p] / reps},
                       {"barriers", p < 5 ? L : 0}});
-  return {{"launch_us", total_ms / reps * 1e3}, {"stages", plan.stages}, {"blocks", plan.blocks},
+  return {{"launch_us", total_ms / reps * 1e3}, {"stages", plan.stages}, {"stage_kb", plan.stage_bytes / 1024}, {"blocks", plan.blocks},
           {"phases", phases}};
 }
 
@@ -258,15 +273,76 @@ nlohmann::json profile_prefill_ops(CudaBackend& backend, int n) {
   return out;
 }
 
+// Bytes of weights a decode step reads as the device keeps them: the layers' matrices and
+// lm_head in their device dtypes (an fp8 matrix adds a 4-byte scale per row), norms and
+// biases as stored; the embedding row is left out, as ModelWeights::weight_bytes leaves it.
+double device_weight_bytes(const ModelWeights& w, StepParts& p) {
+  const auto matrix = [](const Tensor& t, DType d) {
+    return d == DType::F8_E4M3 ? double(t.numel()) + 4.0 * double(t.rows()) : double(t.nbytes());
+  };
+  double bytes = matrix(w.lm_head, p.head_dtype()) + double(w.final_norm.nbytes());
+  for (const LayerWeights& l : w.layers)
+    for (const Tensor& t : l.by_role)
+      if (!t.empty()) bytes += t.shape.size() == 2 ? matrix(t, p.layer_dtype()) : double(t.nbytes());
+  return bytes;
+}
+
+// Top-1 agreement of the fp8 options with the weights as stored: every position of `ids`
+// teacher-forced through both (one forward each, all rows), argmax against argmax.
+nlohmann::json agreement(const CudaBenchArgs& a, std::shared_ptr<const ModelWeights> weights) {
+  std::ifstream in(a.agreement);
+  if (!in) throw std::invalid_argument("--agreement: cannot read " + a.agreement);
+  std::vector<int32_t> ids;  // separated by commas or whitespace
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream numbers(std::regex_replace(text, std::regex("[,\\[\\]]"), " "));
+  for (long long id; numbers >> id;) {
+    if (id < 0 || id >= weights->config.vocab_size)
+      throw std::invalid_argument("--agreement: token id " + std::to_string(id) + " is outside the vocabulary");
+    ids.push_back(int32_t(id));
+  }
+  if (ids.empty()) throw std::invalid_argument("--agreement: no token ids in " + a.agreement);
+  BackendOptions stored;
+  stored.context_length = int(ids.size()) + 8;
+  BackendOptions fp8 = stored;
+  fp8.fp8_matrices = a.fp8_matrices;
+  fp8.fp8_lm_head = a.fp8_lm_head || !a.fp8_matrices;
+  const int V = weights->config.vocab_size, n = int(ids.size());
+  std::vector<float> reference, quantized;
+  make_cuda_backend(weights, stored)->forward(ids, n, reference);
+  auto backend = make_cuda_backend(weights, fp8);
+  backend->forward(ids, n, quantized);
+  int same = 0, next_in_text = 0, fp8_in_text = 0;
+  for (int t = 0; t < n; ++t) {
+    const auto top = [&](const std::vector<float>& l) {
+      return int32_t(std::max_element(l.begin() + size_t(t) * V, l.begin() + size_t(t + 1) * V) - l.begin() -
+                     size_t(t) * V);
+    };
+    const int32_t r = top(reference), q = top(quantized);
+    same += r == q;
+    if (t + 1 < n) next_in_text += r == ids[size_t(t) + 1], fp8_in_text += q == ids[size_t(t) + 1];
+  }
+  return {{"model", weights->source},
+          {"positions", n},
+          {"device_dtypes", std::string(dtype_name(backend->step_parts().layer_dtype())) + " layers, " +
+                                dtype_name(backend->step_parts().head_dtype()) + " lm_head"},
+          {"top1_agreement", double(same) / n},
+          {"stored_top1_is_next_token", double(next_in_text) / std::max(1, n - 1)},
+          {"fp8_top1_is_next_token", double(fp8_in_text) / std::max(1, n - 1)}};
+}
+
 nlohmann::json bench(const CudaBenchArgs& a) {
   if (!cuda_available()) throw EngineError("cuda_error", "no CUDA device is available");
   auto weights = std::make_shared<ModelWeights>(a.model.empty() ? random_model(a.random_shape) : load_model(a.model));
+  if (!a.agreement.empty()) return agreement(a, with_bf16_matrices(weights));
   const ModelConfig& c = weights->config;
   const double bandwidth = copy_bandwidth(size_t(2) << 30);
 
   BackendOptions options;
   options.context_length = std::max(a.ctx + a.tokens + 8, a.prefill);
+  options.fp8_matrices = a.fp8_matrices;
+  options.fp8_lm_head = a.fp8_lm_head;
   auto backend = make_cuda_backend(weights, options);
+  const double step_bytes = device_weight_bytes(*weights, backend->step_parts());
   std::mt19937 rng(1);
   std::uniform_int_distribution<int32_t> token(0, c.vocab_size - 1);
   auto random_tokens = [&](int n) {
@@ -309,12 +385,14 @@ nlohmann::json bench(const CudaBenchArgs& a) {
   const nlohmann::json step = profile_decode_step(*backend, a.reps);
   const nlohmann::json prefill_ops = profile_prefill_ops(*backend, a.prefill);
 
-  const double bound_ms = double(weights->weight_bytes) / bandwidth * 1e3;
+  const double bound_ms = step_bytes / bandwidth * 1e3;
   return {{"backend", "cuda"},
           {"device", backend->describe()["device"]},
           {"model", weights->source},
           {"dtype", dtype_name(weights->dtype)},
-          {"weight_bytes", weights->weight_bytes},
+          {"device_dtypes", std::string(dtype_name(backend->step_parts().layer_dtype())) + " layers, " +
+                                dtype_name(backend->step_parts().head_dtype()) + " lm_head"},
+          {"weight_bytes", step_bytes},
           {"copy_bandwidth_gb_s", bandwidth / 1e9},
           {"context", a.ctx},
           {"decode_tokens", a.tokens},
@@ -333,8 +411,17 @@ nlohmann::json bench(const CudaBenchArgs& a) {
 }
 
 void print_report(const nlohmann::json& r) {
-  std::printf("model    %s (%s, %.1f MB of weights read per token) on %s\n", r["model"].get<std::string>().c_str(),
-              r["dtype"].get<std::string>().c_str(), r["weight_bytes"].get<double>() / 1e6,
+  if (r.contains("top1_agreement")) {
+    std::printf("fp8 top-1 agreement  %s on the device (%s): %.2f%% of %d teacher-forced positions agree with the "
+                "weights as stored; the next token of the text is the top-1 at %.2f%% (stored) and %.2f%% (fp8)\n",
+                r["model"].get<std::string>().c_str(), r["device_dtypes"].get<std::string>().c_str(),
+                100 * r["top1_agreement"].get<double>(), r["positions"].get<int>(),
+                100 * r["stored_top1_is_next_token"].get<double>(), 100 * r["fp8_top1_is_next_token"].get<double>());
+    return;
+  }
+  std::printf("model    %s (%s stored; on the device %s: %.1f MB of weights read per token) on %s\n",
+              r["model"].get<std::string>().c_str(), r["dtype"].get<std::string>().c_str(),
+              r["device_dtypes"].get<std::string>().c_str(), r["weight_bytes"].get<double>() / 1e6,
               r["device"].get<std::string>().c_str());
   std::printf("decode   %.3f ms/token at context %d (graph replays; %.3f in the host loop); bound %.3f ms/token at "
               "%.0f GB/s copy bandwidth: %.0f%% of the bound\n",
@@ -348,8 +435,8 @@ void print_report(const nlohmann::json& r) {
               o["prefill_gemm"].get<std::string>().c_str());
   const auto& step = r["decode_step_phases"];
   if (!step.empty()) {
-    std::printf("persistent step (%d blocks, %d stages of 32 KB), by phase over all layers (block 0's clock):\n",
-                step["blocks"].get<int>(), step["stages"].get<int>());
+    std::printf("persistent step (%d blocks, %d stages of %d KB), by phase over all layers (block 0's clock):\n",
+                step["blocks"].get<int>(), step["stages"].get<int>(), step["stage_kb"].get<int>());
     for (const auto& p : step["phases"])
       std::printf("  %-42s %9.1f us/step  (work %7.1f, grid barrier %7.1f)\n", p["phase"].get<std::string>().c_str(),
                   p["us_per_step"].get<double>(), p["work_us_per_step"].get<double>(),

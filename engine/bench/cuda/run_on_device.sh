@@ -12,7 +12,7 @@
 #   cp -r /usr/share/cmake/nlohmann_json .devdeps/share/cmake/ && cp -r /usr/lib/cmake/doctest .devdeps/lib/cmake/
 #   sed -i 's|set(_IMPORT_PREFIX "/usr")|get_filename_component(_IMPORT_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)|' \
 #     .devdeps/lib/cmake/doctest/doctestTargets.cmake
-# Switches: SHAPES, PER_OP_COMPARE, DEMO, NCU, SKIP_SANITIZER, ALL_TESTS, GOLDENS, BASE (see below).
+# Switches: SHAPES, FP8, PER_OP_COMPARE, DEMO, NCU, SKIP_SANITIZER, ALL_TESTS, GOLDENS, BASE (see below).
 # GOLDENS=1 first writes the transformers goldens of the newer architectures (qwen3, llama3) into
 # test/fixtures/models/ with test/fixtures/make_fixtures.py --only (they come back in $OUT/fixtures/).
 # BASE=<commit> (e.g. BASE=HEAD~3) also builds that commit (git worktree, or BASE_SRC below, in $BUILD-base)
@@ -73,6 +73,24 @@ for shape in $SHAPES; do
   log "bench $shape: exit $? -- $(grep -E '^decode' "$OUT/bench-$shape.txt")"
   cat "$OUT/bench-$shape.txt"
 done
+# fp8 (the load options `lm_head: fp8` and `weights: fp8`): decode and prefill beside the bf16 rows
+# above, each against the bound of the bytes it reads; then the top-1 agreement of each with the
+# stored weights on real code (the embedded model, teacher-forced over code_prompt.ids).
+if [ "${FP8:-1}" = 1 ]; then
+  for shape in $SHAPES; do
+    for mode in "--lm-head fp8" "--weights fp8"; do
+      timeout 150 "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx 512 --tokens 256 --prefill 2048 \
+        --reps 20 $mode > "$OUT/bench-fp8.txt" 2>&1
+      log "bench $shape $mode: exit $? -- $(grep -E '^(model|decode|prefill)' "$OUT/bench-fp8.txt" | tr '\n' ' ')"
+      grep -E "rmsnorm_lm_head|decode_step|step " "$OUT/bench-fp8.txt" | head -4
+    done
+  done
+  for mode in "--lm-head fp8" "--weights fp8"; do
+    timeout 60 "$ENGINE" bench --backend cuda --model engine/models/runahead-coder \
+      --agreement engine/bench/cuda/code_prompt.ids $mode > "$OUT/agreement.txt" 2>&1
+    log "agreement $mode: exit $? -- $(tail -1 "$OUT/agreement.txt")"
+  done
+fi
 # Side by side with a base commit: both engines, the same shapes, interleaved runs (A B A B).
 # A machine without the repository's history takes BASE_SRC instead: a folder holding the base
 # commit's engine/, made here with `git archive BASE engine/CMakeLists.txt engine/src engine/bench | tar -x -C .base`
@@ -144,7 +162,7 @@ fi
 
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 \
-    "$TESTS" -tc="cuda ops: rmsnorm*,cuda ops: gemm*,cuda ops: attention*,cuda backend: the tensor*,cuda backend: sampled*,cuda backend: fixtures*,cuda backend: qwen3*,cuda backend: widths*,cuda backend: greedy verify*" \
+    "$TESTS" -tc="cuda ops: rmsnorm*,cuda ops: gemm*,cuda ops: attention*,cuda backend: the tensor*,cuda backend: sampled*,cuda backend: fixtures*,cuda backend: qwen3*,cuda backend: widths*,cuda backend: greedy verify*,cuda fp8: the device*,cuda fp8: fp8 weights and*" \
     > "$OUT/memcheck.txt" 2>&1
   log "memcheck: exit $? -- $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | head -1)"
 fi

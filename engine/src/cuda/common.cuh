@@ -3,6 +3,7 @@
 // that streams weight rows at full bandwidth, reductions, and programmatic dependent launch.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -82,10 +83,61 @@ template <> struct Chunk<float> {
   }
 };
 
+// fp8 e4m3 (model/fp8.h): 16 values a chunk. The dot products do not widen each weight to
+// f32 (two conversions a weight bound the kernels at a third of the memory bandwidth): pairs
+// become f16x2 by one conversion, each pair's products with the inputs (f16x2, scaled by
+// kFp8InputScale so that 448 times an input stays far inside f16's range) are summed in f16
+// over the chunk's 16 weights, and only that sum is widened and added in f32. The sums are
+// multiplied by kFp8OutputScale = 1 / kFp8InputScale, then by the row's scale. f16 products
+// round to 2^-11, far below the 2^-4 of an e4m3 weight.
+template <> struct Chunk<__nv_fp8_e4m3> {
+  static constexpr int kElems = 16;
+  __device__ static void unpack_h2(uint4 v, __half2 (&w)[8]) {
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const __half2_raw r =
+            __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(u[i] >> (16 * h)), __NV_E4M3);
+        w[2 * i + h] = *reinterpret_cast<const __half2*>(&r);
+      }
+  }
+  __device__ static void unpack(uint4 v, float (&f)[16]) {
+    __half2 w[8];
+    unpack_h2(v, w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float2 p = __half22float2(w[i]);
+      f[2 * i] = p.x;
+      f[2 * i + 1] = p.y;
+    }
+  }
+};
+constexpr float kFp8InputScale = 0x1p-9f, kFp8OutputScale = 0x1p9f;
+
+// The chunk's inputs x[0..16) times kFp8InputScale, as f16 pairs.
+__device__ __forceinline__ void fp8_inputs(const float (&x)[16], __half2 (&h)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) h[i] = __floats2half2_rn(x[2 * i] * kFp8InputScale, x[2 * i + 1] * kFp8InputScale);
+}
+// sum of w[i] * x[i] over a chunk, in f16, returned as f32.
+__device__ __forceinline__ float fp8_chunk_dot(const __half2 (&w)[8], const __half2 (&x)[8]) {
+  __half2 s = __hmul2(w[0], x[0]);
+#pragma unroll
+  for (int i = 1; i < 8; ++i) s = __hfma2(w[i], x[i], s);
+  const float2 f = __half22float2(s);
+  return f.x + f.y;
+}
+template <class W> constexpr bool kIsFp8 = std::is_same_v<W, __nv_fp8_e4m3>;
+// What a sum of W's products is multiplied by (before a row's scale).
+template <class W> constexpr float kSumScale = kIsFp8<W> ? kFp8OutputScale : 1.0f;
+
 template <class W> __device__ __forceinline__ float to_float(W v);
 template <> __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <> __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 template <> __device__ __forceinline__ float to_float(float v) { return v; }
+template <> __device__ __forceinline__ float to_float(__nv_fp8_e4m3 v) { return float(v); }
 
 // Calls f with a null pointer of the C++ type that `dtype` names.
 template <class F> void with_weight_type(DType dtype, F&& f) {
@@ -93,6 +145,7 @@ template <class F> void with_weight_type(DType dtype, F&& f) {
     case DType::BF16: f(static_cast<const __nv_bfloat16*>(nullptr)); break;
     case DType::F16: f(static_cast<const __half*>(nullptr)); break;
     case DType::F32: f(static_cast<const float*>(nullptr)); break;
+    case DType::F8_E4M3: f(static_cast<const __nv_fp8_e4m3*>(nullptr)); break;
     default: break;  // I8 and the block formats never reach a kernel: matrices are widened to bf16 on load
   }
 }
@@ -146,6 +199,26 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
           gv[e] = v.x, gv[e + 1] = v.y, gv[e + 2] = v.z, gv[e + 3] = v.w;
         }
       }
+      if constexpr (kIsFp8<W>) {
+        __half2 wh[R][8];
+#pragma unroll
+        for (int r = 0; r < R; ++r) Chunk<W>::unpack_h2(wv[u][r], wh[r]);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (t >= n) break;
+          float xv[E];
+#pragma unroll
+          for (int e = 0; e < E; e += 4) {
+            const float4 v = *reinterpret_cast<const float4*>(x + size_t(t) * ldx + c * E + e);
+            xv[e] = v.x * gv[e], xv[e + 1] = v.y * gv[e + 1], xv[e + 2] = v.z * gv[e + 2], xv[e + 3] = v.w * gv[e + 3];
+          }
+          __half2 xh[8];
+          fp8_inputs(xv, xh);
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[r][t] += fp8_chunk_dot(wh[r], xh);
+        }
+        continue;
+      }
       float wf[R][E];
 #pragma unroll
       for (int r = 0; r < R; ++r) Chunk<W>::unpack(wv[u][r], wf[r]);
@@ -190,20 +263,33 @@ struct GemvSplit {
   __device__ int units_per_block() const { return kGemvWarps / split; }
 };
 
-// Visits every unit once: rows_of(u, w) names its R row pointers, epilogue(u, acc) runs
-// in the warp holding the full sums (lane t owns token t). Every thread of the block
-// calls it (it synchronises when split > 1); `red` holds kGemvWarps * R * NT floats.
+// A weight matrix as the matrix-vector ops read it: rows of K elements of W, and for fp8 a
+// scale per row (null otherwise) by which each row's sums are multiplied.
+template <class W> struct RowMatrix {
+  const W* w;
+  const float* scale;
+  int K;
+  __device__ const W* row(int r) const { return w + size_t(r) * K; }
+};
+
+// Visits every unit once: rows_of(u, rows) names its R row indices of m, epilogue(u, acc) runs
+// in the warp holding the full sums (lane t owns token t), scaled by the rows' scales. Every
+// thread of the block calls it (it synchronises when split > 1); `red` holds
+// kGemvWarps * R * NT floats.
 template <class W, int R, int NT, class RowsOf, class Epilogue>
-__device__ __forceinline__ void block_gemv(int units, int K, int split, const float* x, int ldx, int n, const float* g,
-                                           float* red, RowsOf rows_of, Epilogue epilogue) {
-  const GemvSplit s(split, K / Chunk<W>::kElems);
+__device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int split, const float* x, int ldx,
+                                           int n, const float* g, float* red, RowsOf rows_of, Epilogue epilogue) {
+  const GemvSplit s(split, m.K / Chunk<W>::kElems);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   for (int base = blockIdx.x * s.units_per_block(); base < units; base += gridDim.x * s.units_per_block()) {
     const int u = base + s.slot;
     float acc[R][NT];
+    int rows[R];
     if (u < units) {
+      rows_of(u, rows);
       const W* w[R];
-      rows_of(u, w);
+#pragma unroll
+      for (int r = 0; r < R; ++r) w[r] = m.row(rows[r]);
       warp_dot_rows<W, R, NT>(w, s.c_begin, s.c_end, x, ldx, n, g, acc);
     } else {
 #pragma unroll
@@ -229,7 +315,16 @@ __device__ __forceinline__ void block_gemv(int units, int K, int split, const fl
           }
       __syncthreads();
     }
-    if (s.part == 0 && u < units) epilogue(u, acc);
+    if (s.part == 0 && u < units) {
+      if (m.scale)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float scale = __ldg(m.scale + rows[r]) * kSumScale<W>;
+#pragma unroll
+          for (int t = 0; t < NT; ++t) acc[r][t] *= scale;
+        }
+      epilogue(u, acc);
+    }
   }
 }
 
@@ -237,17 +332,17 @@ __device__ __forceinline__ void block_gemv(int units, int K, int split, const fl
 // towards L2, so the loads after the wait start from L2 while DRAM keeps streaming.
 constexpr size_t kPrefetchBytes = 8192;
 template <class W, int R, class RowsOf>
-__device__ __forceinline__ void prefetch_units(int units, int K, int split, RowsOf rows_of) {
-  const GemvSplit s(split, K / Chunk<W>::kElems);
+__device__ __forceinline__ void prefetch_units(const RowMatrix<W>& m, int units, int split, RowsOf rows_of) {
+  const GemvSplit s(split, m.K / Chunk<W>::kElems);
   const size_t bytes = size_t(s.c_end - s.c_begin) * 16;
   size_t done = 0;
   for (int u = blockIdx.x * s.units_per_block() + s.slot; u < units && done < kPrefetchBytes;
        u += gridDim.x * s.units_per_block(), done += R * bytes) {
-    const W* w[R];
-    rows_of(u, w);
+    int rows[R];
+    rows_of(u, rows);
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      prefetch_l2(w[r] + size_t(s.c_begin) * Chunk<W>::kElems, bytes, threadIdx.x % kWarp);
+      prefetch_l2(m.row(rows[r]) + size_t(s.c_begin) * Chunk<W>::kElems, bytes, threadIdx.x % kWarp);
   }
 }
 

@@ -16,6 +16,7 @@
 #include "cuda/step_parts.h"
 #include "model/arch/llama.h"
 #include "model/error.h"
+#include "model/half.h"
 #include "model/numerics.h"
 #include "model/quantize.h"
 #include "model/rope.h"
@@ -66,13 +67,27 @@ DeviceBuffer upload_f32(std::initializer_list<const Tensor*> parts) {
 // k_norm only for architectures with per-head q/k norms (Qwen3).
 struct DeviceLayer {
   DeviceBuffer wqkv, bqkv, q_norm, k_norm, wo, w_gate_up, w_down, attn_norm, mlp_norm;
-  // The matrix a MatmulResidual op names.
-  const void* matrix(Role r) const {
-    if (r == Role::Wo) return wo.get();
-    if (r == Role::WDown) return w_down.get();
+  DeviceBuffer wqkv_scale, wo_scale, w_gate_up_scale, w_down_scale;  // fp8 weights only
+  // The matrix a MatmulResidual op names, and its scales (null unless fp8).
+  const void* matrix(Role r) const { return matrix_buffers(r).first->get(); }
+  const float* matrix_scale(Role r) const { return matrix_buffers(r).second->get<float>(); }
+
+ private:
+  std::pair<const DeviceBuffer*, const DeviceBuffer*> matrix_buffers(Role r) const {
+    if (r == Role::Wo) return {&wo, &wo_scale};
+    if (r == Role::WDown) return {&w_down, &w_down_scale};
     throw EngineError("unsupported", std::string("the CUDA backend keeps no matrix ") + role_name(r) + " for matmul_residual");
   }
 };
+
+// A matrix of `rows` rows of K elements of `dtype` on the device, quantized there to fp8 e4m3
+// with a scale per row (model/fp8.h); `q` and `scale` receive the two buffers.
+void quantize_on_device(const void* w, DType dtype, int rows, int K, DeviceBuffer& q, DeviceBuffer& scale) {
+  q = DeviceBuffer(size_t(rows) * K);
+  scale = DeviceBuffer(size_t(rows) * sizeof(float));
+  quantize_fp8_rows(w, dtype, rows, K, q.get(), scale.get<float>(), nullptr);
+  check_cuda(cudaDeviceSynchronize(), "quantize_fp8_rows");
+}
 
 // How a step ends: logits only, a greedy or sampled token fed to the next step, or a greedy
 // verify of the step's drafted tokens (StepEnd::draft).
@@ -81,7 +96,12 @@ enum class StepMode { Logits, Greedy, Sample, Verify };
 class CudaBackendImpl final : public CudaBackend, private StepParts {
  public:
   CudaBackendImpl(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options)
-      : w_(std::move(weights)), c_(w_->config), layer_ops_(architecture_of(c_).step) {
+      : w_(std::move(weights)),
+        c_(w_->config),
+        layer_ops_(architecture_of(c_).step),
+        layer_dtype_(options.fp8_matrices ? DType::F8_E4M3 : w_->dtype),
+        head_dtype_(options.fp8_matrices || options.fp8_lm_head ? DType::F8_E4M3 : w_->dtype),
+        embed_dtype_(options.fp8_matrices ? DType::BF16 : w_->dtype) {
     if (!cuda_available()) throw EngineError("cuda_error", "no CUDA device is available");
     check_cuda(cudaSetDevice(0), "cudaSetDevice");
     cudaDeviceProp prop{};
@@ -116,12 +136,16 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   std::span<const float> hidden() const override { return hidden_; }
 
   nlohmann::json describe() const override {
-    const bool tensor_cores = w_->dtype == DType::BF16;
+    const bool tensor_cores = prefill_on_tensor_cores();
     return {{"backend", "cuda"},
             {"device", device_name_},
             {"multiprocessors", sms_},
             {"optimizations",
-             {{"weights", dtype_name(w_->dtype)},
+             {{"weights", layer_dtype_ == DType::F8_E4M3 ? "F8_E4M3 with a scale per row (quantized at load; embedding "
+                                                              "BF16)"
+                                                            : dtype_name(layer_dtype_)},
+              {"lm_head", head_dtype_ == DType::F8_E4M3 ? "F8_E4M3 with a scale per row (quantized at load)"
+                                                         : dtype_name(head_dtype_)},
               {"activations", "f32"},
               {"kv_cache", "f32"},
               {"decode_step_cuda_graph", true},
@@ -154,7 +178,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const int V = c_.vocab_size, H = c_.hidden_size;
     ensure_host_rows(n, n_out);
     std::memcpy(host_in_.host(), tokens.data(), size_t(n) * sizeof(int32_t));
-    const bool tensor_cores = n >= kTensorCoreMinTokens && w_->dtype == DType::BF16;
+    const bool tensor_cores = n >= kTensorCoreMinTokens && prefill_on_tensor_cores();
     const int out_first = n - n_out;
     for (int done = 0; done < n;) {
       const int chunk = std::min(n - done, tensor_cores ? prefill_rows_ : kMaxVecTokens);
@@ -321,13 +345,16 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   // --- StepParts: the step's parts one at a time, for the bench's profiler ---------------
 
   const ModelWeights& weights() const override { return *w_; }
+  DType layer_dtype() const override { return layer_dtype_; }
+  DType head_dtype() const override { return head_dtype_; }
   cudaStream_t stream() const override { return stream_; }
   cudaGraphExec_t greedy_step_graph() override { return graph_for(StepMode::Greedy, 1, 1); }
   const DecodeStepPlan& persistent_plan() const override { return step_plan_; }
 
  private:
   void validate() const {
-    const int hd = c_.head_dim, E = w_->dtype == DType::F32 ? 4 : 8;
+    // Elements per 16-byte chunk of the matrix-vector kernels.
+    const int hd = c_.head_dim, E = layer_dtype_ == DType::F8_E4M3 ? 16 : layer_dtype_ == DType::F32 ? 4 : 8;
     auto need = [&](bool ok, const std::string& what) {
       if (!ok) throw EngineError("unsupported", "the CUDA kernels need " + what, w_->source, "config.json");
     };
@@ -336,6 +363,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     need(c_.hidden_size % E == 0 && c_.intermediate_size % E == 0 && (c_.num_heads * hd) % E == 0,
          "hidden, intermediate and attention widths divisible by " + std::to_string(E));
     need(c_.hidden_size % 2 == 0 && c_.vocab_size % 2 == 0, "even hidden and vocabulary sizes");
+    need(head_dtype_ != DType::F8_E4M3 || c_.hidden_size % 16 == 0, "a hidden size divisible by 16 for an fp8 lm_head");
     need(hd % 4 == 0 && hd <= 128 && 128 % (hd / 4) == 0, "a head_dim of 8, 16, 32, 64 or 128");
   }
 
@@ -343,22 +371,55 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   void upload_weights() {
     const auto& W = *w_;
-    embed_ = upload(W.embed.data, W.embed.nbytes());
-    if (!c_.tie_word_embeddings) lm_head_ = upload(W.lm_head.data, W.lm_head.nbytes());
+    if (embed_dtype_ == W.embed.dtype) {
+      embed_ = upload(W.embed.data, W.embed.nbytes());
+    } else {  // fp8 weights keep a bf16 embedding
+      const std::vector<float> wide = widen(W.embed);
+      std::vector<uint16_t> narrow(wide.size());
+      for (size_t i = 0; i < wide.size(); ++i) narrow[i] = f32_to_bf16(wide[i]);
+      embed_ = upload(narrow.data(), narrow.size() * 2);
+    }
+    const Tensor& head = c_.tie_word_embeddings ? W.embed : W.lm_head;
+    if (head_dtype_ == DType::F8_E4M3) {
+      const DeviceBuffer stored = upload(head.data, head.nbytes());
+      quantize_on_device(stored.get(), head.dtype, int(head.rows()), int(head.cols()), lm_head_, lm_head_scale_);
+    } else if (!c_.tie_word_embeddings) {
+      lm_head_ = upload(W.lm_head.data, W.lm_head.nbytes());
+    }
     final_norm_ = upload_f32({&W.final_norm});
+    // A matrix as the layers keep it: as stored, or quantized to fp8 on the device.
+    const auto matrix = [&](std::initializer_list<const Tensor*> parts, DeviceBuffer& data, DeviceBuffer& scale) {
+      data = upload_rows(parts);
+      if (layer_dtype_ != DType::F8_E4M3) return;
+      int rows = 0;
+      for (const Tensor* t : parts) rows += int(t->rows());
+      const DeviceBuffer stored = std::move(data);
+      quantize_on_device(stored.get(), W.dtype, rows, int((*parts.begin())->cols()), data, scale);
+    };
     for (const LayerWeights& l : W.layers) {
       DeviceLayer d;
-      d.wqkv = upload_rows({&l[Role::Wq], &l[Role::Wk], &l[Role::Wv]});
+      matrix({&l[Role::Wq], &l[Role::Wk], &l[Role::Wv]}, d.wqkv, d.wqkv_scale);
       if (!l[Role::Bq].empty()) d.bqkv = upload_f32({&l[Role::Bq], &l[Role::Bk], &l[Role::Bv]});
       d.q_norm = upload_f32({&l[Role::QNorm]});
       d.k_norm = upload_f32({&l[Role::KNorm]});
-      d.wo = upload(l[Role::Wo].data, l[Role::Wo].nbytes());
-      d.w_gate_up = upload_rows({&l[Role::WGate], &l[Role::WUp]});
-      d.w_down = upload(l[Role::WDown].data, l[Role::WDown].nbytes());
+      matrix({&l[Role::Wo]}, d.wo, d.wo_scale);
+      matrix({&l[Role::WGate], &l[Role::WUp]}, d.w_gate_up, d.w_gate_up_scale);
+      matrix({&l[Role::WDown]}, d.w_down, d.w_down_scale);
       d.attn_norm = upload_f32({&l[Role::AttnNorm]});
       d.mlp_norm = upload_f32({&l[Role::MlpNorm]});
       layers_.push_back(std::move(d));
     }
+  }
+
+  // Long prompts run on tensor cores: bf16 matrices as they are, fp8 ones widened to bf16 a
+  // matrix at a time into prefill_w_.
+  bool prefill_on_tensor_cores() const { return layer_dtype_ == DType::BF16 || layer_dtype_ == DType::F8_E4M3; }
+
+  // The bf16 matrix a prefill GEMM reads: `data` itself, or its fp8 rows widened into prefill_w_.
+  const void* prefill_matrix(const void* data, const float* scale, int rows, int K) {
+    if (layer_dtype_ != DType::F8_E4M3) return data;
+    dequantize_fp8_rows(data, scale, rows, K, prefill_w_.get(), stream_);
+    return prefill_w_.get();
   }
 
   void allocate() {
@@ -400,14 +461,16 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     host_tokens_ = PinnedBuffer(size_t(capacity_ + 2) * sizeof(int32_t));
     verdict_ = PinnedBuffer(4 * sizeof(int32_t));  // {accepted, next} for two queued steps
     run_staging_ = PinnedBuffer(2 * kMaxVecTokens * sizeof(int32_t));
-    if (w_->dtype == DType::BF16) {
+    if (prefill_on_tensor_cores()) {
       const int widest = std::max({H, qd, I});
       h_bf16_ = DeviceBuffer(size_t(rows) * widest * 2);
       gate_up_ = DeviceBuffer(size_t(rows) * 2 * I * 4);
     }
+    if (layer_dtype_ == DType::F8_E4M3)  // the largest matrix of a layer, widened
+      prefill_w_ = DeviceBuffer(std::max({size_t(qkv_rows) * H, size_t(H) * qd, size_t(2) * I * H, size_t(H) * I}) * 2);
     // The prefill GEMM's output; with q/k norms also the vector path's projection before them.
-    if (w_->dtype == DType::BF16 || qk_norm())
-      qkv_ = DeviceBuffer(size_t(w_->dtype == DType::BF16 ? rows : kMaxVecTokens) * qkv_rows * 4);
+    if (prefill_on_tensor_cores() || qk_norm())
+      qkv_ = DeviceBuffer(size_t(prefill_on_tensor_cores() ? rows : kMaxVecTokens) * qkv_rows * 4);
   }
 
   // The persistent decode step (decode_step.h): its layer table and scratch.
@@ -426,6 +489,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
       t.w_down = d.w_down.get();
       t.attn_norm = d.attn_norm.get<float>();
       t.mlp_norm = d.mlp_norm.get<float>();
+      t.wqkv_scale = d.wqkv_scale.get<float>();
+      t.wo_scale = d.wo_scale.get<float>();
+      t.w_gate_up_scale = d.w_gate_up_scale.get<float>();
+      t.w_down_scale = d.w_down_scale.get<float>();
       t.k_cache = k_cache_.get<float>() + size_t(l) * capacity_ * kvd;
       t.v_cache = v_cache_.get<float>() + size_t(l) * capacity_ * kvd;
       table.push_back(t);
@@ -438,7 +505,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     step_sync_ = DeviceBuffer(size_t(decode_step_sync_words()) * sizeof(unsigned));
     check_cuda(cudaMemset(step_sync_.get(), 0, step_sync_.bytes()), "cudaMemset");
     DecodeStep& s = step_;
-    s.dtype = w_->dtype;
+    s.dtype = layer_dtype_;
+    s.head_dtype = head_dtype_;
+    s.lm_head_scale = lm_head_scale_.get<float>();
     s.layers = c_.num_layers;
     s.hidden = H;
     s.intermediate = I;
@@ -505,7 +574,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   // H200, against about 1 ms warm). One prefill at load instead; a draft model's backend too.
   void warm_up() {
     const int n = std::min(512, capacity_ - 1);
-    if (w_->dtype != DType::BF16 || n < kTensorCoreMinTokens) return;
+    if (!prefill_on_tensor_cores() || n < kTensorCoreMinTokens) return;
     const std::vector<int32_t> tokens(size_t(n), 0);
     std::vector<float> logits;
     forward(tokens, 1, logits);
@@ -520,7 +589,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
       return std::string(b);
     };
     const std::string persistent =
-        "one persistent kernel, " + std::to_string(step_plan_.stages) + " weight stages of 32 KB per block";
+        "one persistent kernel, " + std::to_string(step_plan_.stages) + " weight stages of " +
+        std::to_string(step_plan_.stage_bytes / 1024) + " KB per block";
     if (!step_plan_.refused.empty()) return "a kernel per op (persistent kernel off: needs " + step_plan_.refused + ")";
     if (step_ms_[0] == 0) return persistent_ ? persistent + " (forced)" : "a kernel per op";
     const std::string times = ms(step_ms_[1]) + " ms/step against " + ms(step_ms_[0]) + " for a kernel per op";
@@ -573,14 +643,17 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   // --- the ops of one step, in order -------------------------------------------------
 
-  const void* lm_head_weights() const { return c_.tie_word_embeddings ? embed_.get() : lm_head_.get(); }
+  const void* lm_head_weights() const {
+    return c_.tie_word_embeddings && head_dtype_ == embed_dtype_ ? embed_.get() : lm_head_.get();
+  }
 
   QkvRope qkv_args(int l) const {
     const DeviceLayer& d = layers_[l];
     const size_t kvd = size_t(c_.num_kv_heads) * c_.head_dim;
     QkvRope a;
     a.w = d.wqkv.get();
-    a.dtype = w_->dtype;
+    a.dtype = layer_dtype_;
+    a.scale = d.wqkv_scale.get<float>();
     a.bias = d.bqkv.get<float>();
     a.norm = d.attn_norm.get<float>();
     a.q_norm = d.q_norm.get<float>();
@@ -607,7 +680,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   }
 
   void enqueue_embedding(int n) override {
-    embedding_lookup(embed_.get(), w_->dtype, c_.hidden_size, tokens_d_.get<int32_t>(), n, x_.get<float>(), stream_);
+    embedding_lookup(embed_.get(), embed_dtype_, c_.hidden_size, tokens_d_.get<int32_t>(), n, x_.get<float>(), stream_);
   }
   void enqueue_qkv(int l, int n) {
     rmsnorm_qkv_rope_append(qkv_args(l), x_.get<float>(), n, pos_d_.get<int>(), q_.get<float>(), sms_, stream_);
@@ -617,16 +690,15 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   }
   void enqueue_gate_up(int l, int n) {
     const DeviceLayer& d = layers_[l];
-    const size_t half = size_t(c_.intermediate_size) * c_.hidden_size * dtype_size(w_->dtype);
-    rmsnorm_gate_up_swiglu(d.w_gate_up.get(), d.w_gate_up.get<char>() + half, w_->dtype, d.mlp_norm.get<float>(),
+    rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get<float>(), d.mlp_norm.get<float>(),
                            c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
                            act_.get<float>(), sms_, stream_);
   }
   // x += in W^T for the layer's matrix `role` (o_proj or down).
   void enqueue_matmul_residual(int l, Role role, const float* in, int n) {
     const Tensor& w = w_->layers[l][role];
-    matvec_residual_add(layers_[l].matrix(role), w_->dtype, int(w.rows()), int(w.cols()), in, n, x_.get<float>(),
-                        sms_, stream_);
+    matvec_residual_add(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
+                        int(w.cols()), in, n, x_.get<float>(), sms_, stream_);
   }
 
   float* buffer(Buffer b) const {
@@ -654,7 +726,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   void enqueue_head(int first, int rows, const StepEnd& end) override {
     LmHead a;
     a.w = lm_head_weights();
-    a.dtype = w_->dtype;
+    a.dtype = head_dtype_;
+    a.scale = lm_head_scale_.get<float>();
     a.norm = final_norm_.get<float>();
     a.eps = c_.rms_norm_eps;
     a.hidden = c_.hidden_size;
@@ -720,7 +793,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
         switch (op.kind) {
           case OpKind::RmsnormQkvRopeAppend:
             if (other) rmsnorm_to_bf16(x, d.attn_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
-            if (gemm) gemm_bf16(h, d.wqkv.get(), n, qkv_rows, H, qkv_.get<float>(), false, stream_);
+            if (gemm)
+              gemm_bf16(h, prefill_matrix(d.wqkv.get(), d.wqkv_scale.get<float>(), qkv_rows, H), n, qkv_rows, H,
+                        qkv_.get<float>(), false, stream_);
             if (other) bias_rope_append(qkv_args(l), qkv_.get<float>(), n, pos, q_.get<float>(), stream_);
             break;
           case OpKind::Attention:
@@ -730,12 +805,16 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
             const Tensor& w = w_->layers[l][op.weight];
             // swiglu_to_bf16 left act in h already; any other input is converted here.
             if (other && op.in != Buffer::Act) to_bf16(buffer(op.in), size_t(n) * w.cols(), h, stream_);
-            if (gemm) gemm_bf16(h, d.matrix(op.weight), n, int(w.rows()), int(w.cols()), x, true, stream_);
+            if (gemm)
+              gemm_bf16(h, prefill_matrix(d.matrix(op.weight), d.matrix_scale(op.weight), int(w.rows()), int(w.cols())),
+                        n, int(w.rows()), int(w.cols()), x, true, stream_);
             break;
           }
           case OpKind::RmsnormGateUpSwiglu:
             if (other) rmsnorm_to_bf16(x, d.mlp_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
-            if (gemm) gemm_bf16_to_bf16(h, d.w_gate_up.get(), n, 2 * I, H, gate_up_.get(), stream_);  // bf16: half the bytes
+            if (gemm)  // bf16 out: half the bytes
+              gemm_bf16_to_bf16(h, prefill_matrix(d.w_gate_up.get(), d.w_gate_up_scale.get<float>(), 2 * I, H), n,
+                                2 * I, H, gate_up_.get(), stream_);
             if (other) swiglu_to_bf16(gate_up_.get(), n, I, h, stream_);
             break;
         }
@@ -804,7 +883,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t events_[2] = {};
 
-  DeviceBuffer embed_, lm_head_, final_norm_;
+  const DType layer_dtype_, head_dtype_, embed_dtype_;  // as the device keeps them
+  DeviceBuffer embed_, lm_head_, lm_head_scale_, final_norm_;
+  DeviceBuffer prefill_w_;  // fp8 weights: the matrix a prefill GEMM reads, widened to bf16
   std::vector<DeviceLayer> layers_;
   DeviceBuffer rope_cos_, rope_sin_, k_cache_, v_cache_;
   DeviceBuffer pos_d_, tokens_d_, x_, q_, att_, act_, logits_d_, head_partial_, head_counter_;

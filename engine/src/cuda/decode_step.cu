@@ -34,7 +34,11 @@ constexpr int kConsumerWarps = 15;
 constexpr int kConsumers = kConsumerWarps * kWarp;
 constexpr int kStepThreads = kConsumers + kWarp;  // + the producer warp
 constexpr int kStageBytes = 32 * 1024;
-constexpr int kMaxStages = 8;
+constexpr int kMaxStages = 12;
+// The ring's stage size for layers of W. A tile is one warp's work: fp8 tiles of 32 KB hold
+// twice the weights of bf16 ones, and with the few stages a wide model leaves room for (four
+// on the 7B shape) too few warps computed at once; 16 KB stages keep more of them busy.
+template <class W> constexpr int kStageBytesFor = kIsFp8<W> ? kStageBytes / 2 : kStageBytes;
 constexpr int kRowsPerUnit = 4;    // rows one warp multiplies together
 constexpr int kMaxChunks = 16;     // attention splits per head
 constexpr int kBatch = 8;          // staging: vector loads each thread has in flight at once
@@ -104,17 +108,21 @@ __device__ __forceinline__ void grid_barrier(unsigned* counter, unsigned target)
 struct Matrix {
   const char* w;
   int rows, K;
+  int element_bytes;
+  const float* scale;  // F8_E4M3: a scale per row; else null
 };
 
+// Matrix m of the step: 4 per layer, then lm_head. W: the layers' element type, HW: lm_head's.
+template <class W, class HW>
 __device__ __forceinline__ Matrix matrix_of(const DecodeStep& s, int m) {
-  const int H = s.hidden, qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
-  if (m == 4 * s.layers) return {static_cast<const char*>(s.lm_head), s.vocab, H};
+  const int H = s.hidden, qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim, e = int(sizeof(W));
+  if (m == 4 * s.layers) return {static_cast<const char*>(s.lm_head), s.vocab, H, int(sizeof(HW)), s.lm_head_scale};
   const DecodeLayer& l = s.layer[m / 4];
   switch (m % 4) {
-    case 0: return {static_cast<const char*>(l.wqkv), qd + 2 * kvd, H};
-    case 1: return {static_cast<const char*>(l.wo), H, qd};
-    case 2: return {static_cast<const char*>(l.w_gate_up), 2 * s.intermediate, H};
-    default: return {static_cast<const char*>(l.w_down), H, s.intermediate};
+    case 0: return {static_cast<const char*>(l.wqkv), qd + 2 * kvd, H, e, l.wqkv_scale};
+    case 1: return {static_cast<const char*>(l.wo), H, qd, e, l.wo_scale};
+    case 2: return {static_cast<const char*>(l.w_gate_up), 2 * s.intermediate, H, e, l.w_gate_up_scale};
+    default: return {static_cast<const char*>(l.w_down), H, s.intermediate, e, l.w_down_scale};
   }
 }
 
@@ -130,16 +138,16 @@ struct Share {
 // nk column slices (each tile then is one bulk copy per row).
 struct Tiling {
   int r0, r1, nk, kc, group, count;
-  __device__ Tiling(const Matrix& m, int element_bytes) {
+  __device__ Tiling(const Matrix& m, int element_bytes, int stage_bytes) {
     const Share share(m.rows);
     r0 = share.begin;
     r1 = share.end;
     const int row_bytes = m.K * element_bytes, per_chunk = 16 / element_bytes;
-    if (kStageBytes / row_bytes >= kRowsPerUnit) {
-      nk = 1, kc = m.K, group = kStageBytes / row_bytes;
+    if (stage_bytes / row_bytes >= kRowsPerUnit) {
+      nk = 1, kc = m.K, group = stage_bytes / row_bytes;
     } else {
       group = kRowsPerUnit;
-      nk = (group * row_bytes + kStageBytes - 1) / kStageBytes;
+      nk = (group * row_bytes + stage_bytes - 1) / stage_bytes;
       kc = ((m.K + nk - 1) / nk + per_chunk - 1) / per_chunk * per_chunk;
       nk = (m.K + kc - 1) / kc;
     }
@@ -175,27 +183,28 @@ struct Shared {
 };
 
 // The producer: every tile of every matrix of the step, in order.
-template <class W>
+template <class W, class HW>
 __device__ void produce(const DecodeStep& s, int stages, unsigned char* ring, Shared& sh) {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   int tile = 0;
   for (int m = 0; m <= 4 * s.layers; ++m) {
-    const Matrix mat = matrix_of(s, m);
-    const Tiling tiling(mat, sizeof(W));
+    const Matrix mat = matrix_of<W, HW>(s, m);
+    const size_t element = size_t(mat.element_bytes);
+    const Tiling tiling(mat, mat.element_bytes, kStageBytesFor<W>);
     for (int i = 0; i < tiling.count; ++i, ++tile) {
       const Tile t = tile_at(tiling, i, mat.K);
       const int stage = tile % stages;
       if (tile >= stages) mbarrier_wait(&sh.empty[stage], (tile / stages - 1) & 1);
-      const unsigned row_bytes = unsigned(t.kn) * sizeof(W);
+      const unsigned row_bytes = unsigned(size_t(t.kn) * element);
       mbarrier_expect_bytes(&sh.full[stage], unsigned(t.rows) * row_bytes);
-      unsigned char* dst = ring + size_t(stage) * kStageBytes;
-      const char* src = mat.w + (size_t(t.row) * mat.K + t.k0) * sizeof(W);
+      unsigned char* dst = ring + size_t(stage) * kStageBytesFor<W>;
+      const char* src = mat.w + (size_t(t.row) * mat.K + t.k0) * element;
       if (tiling.nk == 1) {
         bulk_load(dst, src, unsigned(t.rows) * row_bytes, &sh.full[stage], policy);  // whole rows: contiguous
       } else {
         for (int r = 0; r < t.rows; ++r)
-          bulk_load(dst + r * row_bytes, src + size_t(r) * mat.K * sizeof(W), row_bytes, &sh.full[stage], policy);
+          bulk_load(dst + r * row_bytes, src + size_t(r) * mat.K * element, row_bytes, &sh.full[stage], policy);
       }
       *reinterpret_cast<volatile int*>(&sh.issued[stage]) = tile;
     }
@@ -218,6 +227,17 @@ __device__ __forceinline__ void dot_rows(const W* rows, int n_chunks, const floa
       const float4 v = *reinterpret_cast<const float4*>(x + c * E + e);
       xf[e] = v.x, xf[e + 1] = v.y, xf[e + 2] = v.z, xf[e + 3] = v.w;
     }
+    if constexpr (kIsFp8<W>) {  // f16 products summed over the chunk (common.cuh)
+      __half2 xh[8];
+      fp8_inputs(xf, xh);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        __half2 wh[8];
+        Chunk<W>::unpack_h2(w[r * n_chunks + c], wh);
+        sum[r] += fp8_chunk_dot(wh, xh);
+      }
+      continue;
+    }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       float wf[E];
@@ -235,23 +255,25 @@ __device__ __forceinline__ void dot_rows(const W* rows, int n_chunks, const floa
 // i % kConsumerWarps), so warps work on different stages at once and never wait for each
 // other; a long row's column slices land on different warps and the last to finish adds
 // them up, in slice order. `tile` is the running tile count of the step.
-template <class W, class Epilogue>
+// S: the ring's stage size (the layers' kStageBytesFor; W may be lm_head's type).
+template <class W, int S, class Epilogue>
 __device__ void consume(const Matrix& mat, const float* in, int& tile, int stages, const unsigned char* ring,
                         Shared& sh, Epilogue epilogue) {
   constexpr int E = Chunk<W>::kElems, R = kRowsPerUnit;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const Tiling tiling(mat, sizeof(W));
+  const Tiling tiling(mat, sizeof(W), S);
   for (int i = warp; i < tiling.count; i += kConsumerWarps) {
     const int at = tile + i, stage = at % stages;
     // A parity wait is only unambiguous once the stage holds this tile's load.
     while (*reinterpret_cast<volatile int*>(&sh.issued[stage]) != at) __nanosleep(32);
     mbarrier_wait(&sh.full[stage], (at / stages) & 1);
     const Tile t = tile_at(tiling, i, mat.K);
-    const W* tw = reinterpret_cast<const W*>(ring + size_t(stage) * kStageBytes);
+    const W* tw = reinterpret_cast<const W*>(ring + size_t(stage) * S);
     const int chunks = t.kn / E;
     const float* x = in + t.k0;
     // Row r's sum is final once its last slice is in (always, for whole rows).
     const auto finish = [&](int row, float y) {
+      if (mat.scale) y *= __ldg(mat.scale + row) * kSumScale<W>;  // each slice alike: the sum is scaled
       if (tiling.nk == 1) return epilogue(row, y);
       const int slot = row % kSliceSlots;
       sh.slice_sum[slot][t.slice] = y;
@@ -539,11 +561,13 @@ __device__ __forceinline__ void block_best(float& best_v, int& best_i, Shared& s
 
 // 16 warps and one block per multiprocessor: 128 registers a thread (4 warps share each
 // quarter of the register file).
-template <class W>
+template <class W, class HW>
 __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep s, int stages) {
+  using EW = std::conditional_t<std::is_same_v<W, __nv_fp8_e4m3>, __nv_bfloat16, W>;  // the embedding
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ Shared sh;
-  float* in = reinterpret_cast<float*>(ring + size_t(stages) * kStageBytes);
+  constexpr int S = kStageBytesFor<W>;
+  float* in = reinterpret_cast<float*>(ring + size_t(stages) * S);
   const int warp = threadIdx.x / kWarp;
   if (threadIdx.x == 0) {
     for (int i = 0; i < stages; ++i) {
@@ -556,7 +580,7 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
   }
   __syncthreads();
   if (warp == kConsumerWarps) {
-    if (threadIdx.x % kWarp == 0) produce<W>(s, stages, ring, sh);
+    if (threadIdx.x % kWarp == 0) produce<W, HW>(s, stages, ring, sh);
     return;
   }
 
@@ -571,7 +595,7 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
   };
   const int H = s.hidden, I = s.intermediate;
   const int pos = *s.pos;
-  const W* embed_row = static_cast<const W*>(s.embed) + size_t(*s.token) * H;
+  const EW* embed_row = static_cast<const EW*>(s.embed) + size_t(*s.token) * H;
   int tile = 0;
   const Share hidden_rows(H);  // this block's rows of o_proj and down, whose epilogues add to x
   const auto x_at = [&](int i) { return __ldcg(reinterpret_cast<const float4*>(s.x) + i); };
@@ -585,7 +609,7 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
     const DecodeLayer& layer = s.layer[l];
     float inv = l == 0 ? stage_normed(embedding_at, H, s.eps, layer.attn_norm, in, sh)
                        : stage_normed(x_at, H, s.eps, layer.attn_norm, in, sh);
-    consume<W>(matrix_of(s, 4 * l), in, tile, stages, ring, sh, [&](int r, float y) { s.qkv[r] = y * inv; });
+    consume<W, S>(matrix_of<W, HW>(s, 4 * l), in, tile, stages, ring, sh, [&](int r, float y) { s.qkv[r] = y * inv; });
     sync_grid();
 
     attention(s, layer, pos, in);
@@ -593,18 +617,18 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
 
     read_residual(s.x, hidden_rows, sh);
     stage_attention(s, attention_chunks(s, pos + 1), in);
-    consume<W>(matrix_of(s, 4 * l + 1), in, tile, stages, ring, sh,
+    consume<W, S>(matrix_of<W, HW>(s, 4 * l + 1), in, tile, stages, ring, sh,
                [&](int r, float y) { s.x[r] = sh.residual[r - hidden_rows.begin] + y; });
     sync_grid();
 
     inv = stage_normed(x_at, H, s.eps, layer.mlp_norm, in, sh);
-    consume<W>(matrix_of(s, 4 * l + 2), in, tile, stages, ring, sh,
+    consume<W, S>(matrix_of<W, HW>(s, 4 * l + 2), in, tile, stages, ring, sh,
                [&](int r, float y) { s.gate_up[r] = y * inv; });
     sync_grid();
 
     read_residual(s.x, hidden_rows, sh);
     stage_swiglu(s.gate_up, I, in);
-    consume<W>(matrix_of(s, 4 * l + 3), in, tile, stages, ring, sh,
+    consume<W, S>(matrix_of<W, HW>(s, 4 * l + 3), in, tile, stages, ring, sh,
                [&](int r, float y) { s.x[r] = sh.residual[r - hidden_rows.begin] + y; });
     sync_grid();
   }
@@ -613,7 +637,7 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
   const float inv = stage_normed(x_at, H, s.eps, s.final_norm, in, sh);
   float best_v = -INFINITY;
   int best_i = 0x7fffffff;
-  consume<W>(matrix_of(s, 4 * s.layers), in, tile, stages, ring, sh, [&](int r, float y) {
+  consume<HW, S>(matrix_of<W, HW>(s, 4 * s.layers), in, tile, stages, ring, sh, [&](int r, float y) {
     y *= inv;
     if (s.logits) s.logits[r] = y;
     if (better(y, r, best_v, best_i)) best_v = y, best_i = r;
@@ -646,6 +670,17 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
   }
 }
 
+// Calls f with null pointers of the layers' and lm_head's element types: lm_head's is the
+// layers' or fp8 (`lm_head: fp8`).
+template <class F> void with_step_types(const DecodeStep& s, F&& f) {
+  with_weight_type(s.dtype, [&](auto layers) {
+    if (s.head_dtype == DType::F8_E4M3)
+      f(layers, static_cast<const __nv_fp8_e4m3*>(nullptr));
+    else
+      f(layers, layers);
+  });
+}
+
 size_t input_floats(const DecodeStep& s) {
   const size_t widest = std::max({size_t(s.hidden), size_t(s.heads) * s.head_dim, size_t(s.intermediate),
                                   kConsumerWarps * softmax_stride(s.head_dim)});
@@ -673,12 +708,13 @@ DecodeStepPlan plan_decode_step(const DecodeStep& s, int device) {
   }
   const size_t element = dtype_size(s.dtype);
   for (int K : {s.hidden, s.heads * hd, s.intermediate}) {
-    if ((size_t(K) * element) % 16 != 0) {
+    if ((size_t(K) * element) % 16 != 0 || (size_t(s.hidden) * dtype_size(s.head_dtype)) % 16 != 0) {
       plan.refused = "rows of a multiple of 16 bytes";
       return plan;
     }
-    if (size_t(K) * element * kRowsPerUnit > size_t(kMaxSlices) * kStageBytes) {
-      plan.refused = "rows of at most " + std::to_string(kMaxSlices * kStageBytes / kRowsPerUnit / 1024) + " KB";
+    const size_t stage = s.dtype == DType::F8_E4M3 ? kStageBytes / 2 : kStageBytes;
+    if (size_t(K) * element * kRowsPerUnit > size_t(kMaxSlices) * stage) {
+      plan.refused = "rows of at most " + std::to_string(kMaxSlices * stage / kRowsPerUnit / 1024) + " KB";
       return plan;
     }
   }
@@ -690,17 +726,19 @@ DecodeStepPlan plan_decode_step(const DecodeStep& s, int device) {
   int optin = 0;
   check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
              "cudaDeviceGetAttribute");
-  with_weight_type(s.dtype, [&](auto type) {
-    using W = WeightOf<decltype(type)>;
+  with_step_types(s, [&](auto layers, auto head) {
+    const auto kernel = decode_step_kernel<WeightOf<decltype(layers)>, WeightOf<decltype(head)>>;
     cudaFuncAttributes attributes{};
-    check_cuda(cudaFuncGetAttributes(&attributes, decode_step_kernel<W>), "cudaFuncGetAttributes");
+    check_cuda(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
     const size_t in_bytes = input_floats(s) * sizeof(float), fixed = in_bytes + attributes.sharedSizeBytes;
-    if (size_t(optin) < fixed + 2 * size_t(kStageBytes)) {
+    const size_t stage = size_t(kStageBytesFor<WeightOf<decltype(layers)>>);
+    if (size_t(optin) < fixed + 2 * stage) {
       plan.refused = "more shared memory than the device has for its widest input vector";
       return;
     }
-    plan.stages = int(std::min<size_t>(kMaxStages, (optin - fixed) / kStageBytes));
-    plan.smem = size_t(plan.stages) * kStageBytes + in_bytes;
+    plan.stages = int(std::min<size_t>(kMaxStages, (optin - fixed) / stage));
+    plan.stage_bytes = int(stage);
+    plan.smem = size_t(plan.stages) * stage + in_bytes;
     plan.blocks = prop.multiProcessorCount;
     // The limit belongs to the kernel, so to the whole process: a target and its draft model (or
     // MTP layer) plan different sizes, and a later, smaller plan must not cut an earlier one's
@@ -710,13 +748,13 @@ DecodeStepPlan plan_decode_step(const DecodeStep& s, int device) {
     {
       const std::lock_guard<std::mutex> lock(raising);
       if (plan.smem > most) {
-        check_cuda(cudaFuncSetAttribute(decode_step_kernel<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem)),
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem)),
                    "cudaFuncSetAttribute");
         most = plan.smem;
       }
     }
     int resident = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, decode_step_kernel<W>, kStepThreads, plan.smem),
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kStepThreads, plan.smem),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     // Every block must be resident at once: the grid-wide barriers wait for all of them.
     if (resident < 1) plan.refused = "one resident block of the step kernel per multiprocessor";
@@ -725,9 +763,9 @@ DecodeStepPlan plan_decode_step(const DecodeStep& s, int device) {
 }
 
 void decode_step(const DecodeStep& s, const DecodeStepPlan& plan, cudaStream_t stream) {
-  with_weight_type(s.dtype, [&](auto type) {
-    using W = WeightOf<decltype(type)>;
-    decode_step_kernel<W><<<plan.blocks, kStepThreads, plan.smem, stream>>>(s, plan.stages);
+  with_step_types(s, [&](auto layers, auto head) {
+    decode_step_kernel<WeightOf<decltype(layers)>, WeightOf<decltype(head)>>
+        <<<plan.blocks, kStepThreads, plan.smem, stream>>>(s, plan.stages);
     check_cuda(cudaGetLastError(), "decode_step_kernel");
   });
 }

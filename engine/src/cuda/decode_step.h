@@ -24,12 +24,19 @@ struct DecodeLayer {
   const void* w_down = nullptr;     // [hidden, intermediate]
   const float* attn_norm = nullptr;
   const float* mlp_norm = nullptr;
+  // F8_E4M3 weights: a scale per row of each matrix (model/fp8.h); null otherwise.
+  const float* wqkv_scale = nullptr;
+  const float* wo_scale = nullptr;
+  const float* w_gate_up_scale = nullptr;
+  const float* w_down_scale = nullptr;
   float* k_cache = nullptr;  // [capacity, kv_heads * head_dim]
   float* v_cache = nullptr;
 };
 
 struct DecodeStep {
-  DType dtype = DType::BF16;
+  DType dtype = DType::BF16;       // the layers' matrices; the embedding's too, but bf16 for F8_E4M3
+  DType head_dtype = DType::BF16;  // lm_head's: dtype or F8_E4M3
+  const float* lm_head_scale = nullptr;  // F8_E4M3: a scale per vocabulary row
   int layers = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
   float eps = 1e-6f;
   const DecodeLayer* layer = nullptr;  // device array [layers]
@@ -57,6 +64,7 @@ struct DecodeStepPlan {
   std::string refused;
   int blocks = 0;
   int stages = 0;
+  int stage_bytes = 0;  // of each stage of the weight ring
   size_t smem = 0;
 };
 DecodeStepPlan plan_decode_step(const DecodeStep& s, int device);

@@ -7,24 +7,24 @@ namespace {
 
 // One intermediate index j (its gate row and its up row) per unit.
 template <class W, int NT>
-__global__ void __launch_bounds__(kGemvThreads) rmsnorm_gate_up_swiglu_kernel(const W* w_gate, const W* w_up,
-                                                                             const float* norm, float eps, int H,
-                                                                             int I, const float* x, int n,
-                                                                             float* act, int split) {
+__global__ void __launch_bounds__(kGemvThreads) rmsnorm_gate_up_swiglu_kernel(RowMatrix<W> w, const float* norm,
+                                                                             float eps, int I, const float* x,
+                                                                             int n, float* act, int split) {
+  const int H = w.K;
   extern __shared__ float staged[];
   __shared__ float scratch[NT * kGemvWarps];
   __shared__ float inv[NT];
   __shared__ float red[kGemvWarps * 2 * NT];
-  auto rows_of = [&](int j, const W* (&rows)[2]) {
-    rows[0] = w_gate + size_t(j) * H;
-    rows[1] = w_up + size_t(j) * H;
+  auto rows_of = [&](int j, int (&rows)[2]) {
+    rows[0] = j;
+    rows[1] = I + j;
   };
-  prefetch_units<W, 2>(I, H, split, rows_of);
+  prefetch_units<W, 2>(w, I, split, rows_of);
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, eps, scratch, inv);
   if (NT == 1) stage_normed(x, inv[0], norm, H, staged);
-  block_gemv<W, 2, NT>(I, H, split, NT == 1 ? staged : x, H, n, NT == 1 ? nullptr : norm, red, rows_of,
+  block_gemv<W, 2, NT>(w, I, split, NT == 1 ? staged : x, H, n, NT == 1 ? nullptr : norm, red, rows_of,
                        [&](int j, float (&acc)[2][NT]) {
                          const int lane = threadIdx.x % kWarp;
 #pragma unroll
@@ -40,16 +40,16 @@ __global__ void __launch_bounds__(kGemvThreads) rmsnorm_gate_up_swiglu_kernel(co
 
 }  // namespace
 
-void rmsnorm_gate_up_swiglu(const void* w_gate, const void* w_up, DType dtype, const float* norm, float eps, int H,
-                            int I, const float* x, int n, float* act, int sms, cudaStream_t stream) {
+void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const float* scale, const float* norm, float eps,
+                            int H, int I, const float* x, int n, float* act, int sms, cudaStream_t stream) {
   const size_t smem = n == 1 ? size_t(H) * sizeof(float) : 0;
   with_weight_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? rmsnorm_gate_up_swiglu_kernel<W, 1> : rmsnorm_gate_up_swiglu_kernel<W, kMaxVecTokens>;
     const int split = gemv_split(I, H, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, I, kGemvWarps / split, sms);
-    launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, static_cast<const W*>(w_gate),
-               static_cast<const W*>(w_up), norm, eps, H, I, x, n, act, split);
+    launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream,
+               RowMatrix<W>{static_cast<const W*>(w_gate_up), scale, H}, norm, eps, I, x, n, act, split);
   });
 }
 

@@ -52,6 +52,7 @@ void embedding_lookup(const void* embed, DType dtype, int H, const int32_t* toke
 struct QkvRope {
   const void* w = nullptr;
   DType dtype = DType::BF16;
+  const float* scale = nullptr;  // F8_E4M3: a scale per row of w; else null
   const float* bias = nullptr;  // [(heads + 2 kv_heads) * head_dim] or null
   const float* norm = nullptr;  // [H]
   const float* q_norm = nullptr;  // [head_dim] or null (then k_norm is null too)
@@ -84,13 +85,14 @@ void attention_decode(const DecodeAttention& a, const float* q, int n, const int
                       cudaStream_t stream);
 
 // matvec_residual.cu — x[t, :] += in[t, :] W^T   W: [rows, K], in: [n, K], x: [n, rows]
-// (the attention output projection and the MLP down projection).
-void matvec_residual_add(const void* w, DType dtype, int rows, int K, const float* in, int n, float* x,
-                         int sms, cudaStream_t stream);
+// (the attention output projection and the MLP down projection). Here and below, `scale`
+// is a scale per row of an F8_E4M3 matrix (model/fp8.h), null for other dtypes.
+void matvec_residual_add(const void* w, DType dtype, const float* scale, int rows, int K, const float* in, int n,
+                         float* x, int sms, cudaStream_t stream);
 
 // gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
-// u = ... . Wu[j]   Wg, Wu: [I, H], x: [n, H], act: [n, I]
-void rmsnorm_gate_up_swiglu(const void* w_gate, const void* w_up, DType dtype, const float* norm, float eps,
+// u = ... . Wu[j]   w_gate_up: [2I, H], Wg its first I rows, Wu the rest; x: [n, H], act: [n, I]
+void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const float* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, int sms, cudaStream_t stream);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first
@@ -99,6 +101,7 @@ void rmsnorm_gate_up_swiglu(const void* w_gate, const void* w_up, DType dtype, c
 struct LmHead {
   const void* w = nullptr;
   DType dtype = DType::BF16;
+  const float* scale = nullptr;
   const float* norm = nullptr;
   float eps = 1e-6f;
   int hidden = 0, vocab = 0;
@@ -142,6 +145,12 @@ void bias_rope_append(const QkvRope& a, const float* qkv, int n, const int* pos,
 void swiglu_to_bf16(const void* gu, int n, int I, void* act, cudaStream_t stream);
 // out[t, :] = bf16(in[t, :])
 void to_bf16(const float* in, size_t count, void* out, cudaStream_t stream);
+
+// fp8.cu — the F8_E4M3 matrices (model/fp8.h). quantize: each row of w (`rows` x K of
+// dtype) to q with its scale, the bytes model/fp8.h's quantize_fp8_row gives; dequantize:
+// out = bf16(q[r, k] * scale[r]), for the tensor-core prefill.
+void quantize_fp8_rows(const void* w, DType dtype, int rows, int K, void* q, float* scale, cudaStream_t stream);
+void dequantize_fp8_rows(const void* q, const float* scale, int rows, int K, void* out, cudaStream_t stream);
 // Causal attention of n new tokens over the cache: as attention_decode for any n.
 // out: [n, heads * head_dim] f32.
 void attention_prefill(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,

@@ -29,19 +29,19 @@ __global__ void __launch_bounds__(kGemvThreads) rmsnorm_lm_head_argmax_kernel(Lm
   __shared__ bool last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int H = a.hidden, units = a.vocab / 2;
-  const W* w = static_cast<const W*>(a.w);
-  auto rows_of = [&](int u, const W* (&rows)[2]) {
-    rows[0] = w + size_t(2 * u) * H;
-    rows[1] = w + size_t(2 * u + 1) * H;
+  const RowMatrix<W> w{static_cast<const W*>(a.w), a.scale, H};
+  auto rows_of = [&](int u, int (&rows)[2]) {
+    rows[0] = 2 * u;
+    rows[1] = 2 * u + 1;
   };
-  prefetch_units<W, 2>(units, H, split, rows_of);
+  prefetch_units<W, 2>(w, units, split, rows_of);
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
   if (NT == 1) stage_normed(x, inv[0], a.norm, H, staged);
   float my_v = -INFINITY;  // lane t keeps token t's best
   int my_i = 0x7fffffff;
-  block_gemv<W, 2, NT>(units, H, split, NT == 1 ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
+  block_gemv<W, 2, NT>(w, units, split, NT == 1 ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
                        [&](int u, float (&acc)[2][NT]) {
 #pragma unroll
                          for (int t = 0; t < NT; ++t) {

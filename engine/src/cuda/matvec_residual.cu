@@ -8,19 +8,19 @@ namespace {
 // One pair of output rows per unit; each row of x is owned by one warp, so the
 // read-modify-write of the residual needs no atomics.
 template <class W, int NT>
-__global__ void __launch_bounds__(kGemvThreads) matvec_residual_add_kernel(const W* w, int rows, int K,
+__global__ void __launch_bounds__(kGemvThreads) matvec_residual_add_kernel(RowMatrix<W> w, int rows,
                                                                           const float* in, int n, float* x,
                                                                           int split) {
   __shared__ float red[kGemvWarps * 2 * NT];
   const int units = rows / 2;
-  auto rows_of = [&](int u, const W* (&pair)[2]) {
-    pair[0] = w + size_t(2 * u) * K;
-    pair[1] = w + size_t(2 * u + 1) * K;
+  auto rows_of = [&](int u, int (&pair)[2]) {
+    pair[0] = 2 * u;
+    pair[1] = 2 * u + 1;
   };
-  prefetch_units<W, 2>(units, K, split, rows_of);
+  prefetch_units<W, 2>(w, units, split, rows_of);
   pdl_wait();
   pdl_trigger();
-  block_gemv<W, 2, NT>(units, K, split, in, K, n, nullptr, red, rows_of, [&](int u, float (&acc)[2][NT]) {
+  block_gemv<W, 2, NT>(w, units, split, in, w.K, n, nullptr, red, rows_of, [&](int u, float (&acc)[2][NT]) {
     const int lane = threadIdx.x % kWarp;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -35,15 +35,15 @@ __global__ void __launch_bounds__(kGemvThreads) matvec_residual_add_kernel(const
 
 }  // namespace
 
-void matvec_residual_add(const void* w, DType dtype, int rows, int K, const float* in, int n, float* x, int sms,
-                         cudaStream_t stream) {
+void matvec_residual_add(const void* w, DType dtype, const float* scale, int rows, int K, const float* in, int n,
+                         float* x, int sms, cudaStream_t stream) {
   with_weight_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = n == 1 ? matvec_residual_add_kernel<W, 1> : matvec_residual_add_kernel<W, kMaxVecTokens>;
     const int split = gemv_split(rows / 2, K, sms, blocks_per_sm(kernel, kGemvThreads, 0));
     const int blocks = resident_blocks(kernel, kGemvThreads, 0, rows / 2, kGemvWarps / split, sms);
-    launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), 0, stream, static_cast<const W*>(w), rows, K, in, n, x,
-               split);
+    launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), 0, stream, RowMatrix<W>{static_cast<const W*>(w), scale, K},
+               rows, in, n, x, split);
   });
 }
 

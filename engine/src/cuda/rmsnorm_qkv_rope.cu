@@ -64,19 +64,19 @@ __global__ void __launch_bounds__(kGemvThreads) rmsnorm_qkv_rope_append_kernel(Q
   __shared__ float red[kGemvWarps * 2 * NT];
   const int q_dim = a.heads * a.head_dim, kv_dim = a.kv_heads * a.head_dim, H = a.hidden;
   const int units = (q_dim + 2 * kv_dim) / 2;
-  const W* w = static_cast<const W*>(a.w);
-  auto rows_of = [&](int u, const W* (&rows)[2]) {
+  const RowMatrix<W> w{static_cast<const W*>(a.w), a.scale, H};
+  auto rows_of = [&](int u, int (&rows)[2]) {
     const RowPair r = row_pair(u, q_dim, kv_dim, a.head_dim);
-    rows[0] = w + size_t(r.first) * H;
-    rows[1] = w + size_t(r.second) * H;
+    rows[0] = r.first;
+    rows[1] = r.second;
   };
-  prefetch_units<W, 2>(units, H, split, rows_of);
+  prefetch_units<W, 2>(w, units, split, rows_of);
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
   if (NT == 1) stage_normed(x, inv[0], a.norm, H, staged);
   const int p0 = *pos;
-  block_gemv<W, 2, NT>(units, H, split, NT == 1 ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
+  block_gemv<W, 2, NT>(w, units, split, NT == 1 ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
                        [&](int u, float (&acc)[2][NT]) {
                          const RowPair r = row_pair(u, q_dim, kv_dim, a.head_dim);
                          const int lane = threadIdx.x % kWarp;

@@ -25,6 +25,10 @@ constexpr unsigned kPrefillGemm = 1, kPrefillAttention = 2, kPrefillOther = 4, k
 class StepParts {
  public:
   virtual const ModelWeights& weights() const = 0;
+  // The element types the device keeps the layers' matrices and lm_head in (F8_E4M3 with a
+  // scale per row under the fp8 options; else the weights' dtype).
+  virtual DType layer_dtype() const = 0;
+  virtual DType head_dtype() const = 0;
   virtual cudaStream_t stream() const = 0;
 
   // A graph of what `enqueue` puts on the stream; the mean ms of one of `reps` replays.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/quant_blocks.h"
+#include "model/fp8.h"
 #include "model/half.h"
 
 namespace runahead {
@@ -35,6 +36,7 @@ void widen(const Tensor& t, int64_t offset, int64_t count, float* dst) {
       case DType::F16: dst[i] = f16_to_f32(static_cast<const uint16_t*>(t.data)[j]); break;
       case DType::BF16: dst[i] = bf16_to_f32(static_cast<const uint16_t*>(t.data)[j]); break;
       case DType::I8: dst[i] = static_cast<const int8_t*>(t.data)[j]; break;
+      case DType::F8_E4M3: dst[i] = fp8_e4m3_to_f32(static_cast<const uint8_t*>(t.data)[j]); break;  // before its row scale
       default: break;  // block formats: dequantize_range
     }
   }

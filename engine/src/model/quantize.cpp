@@ -5,6 +5,7 @@
 
 #include "model/quant_blocks.h"
 #include "model/error.h"
+#include "model/fp8.h"
 #include "model/half.h"
 #include "model/layout.h"
 #include "model/numerics.h"
@@ -95,6 +96,44 @@ ModelWeights with_dense_matrices(const ModelWeights& w, DType to) {
     dtype = to;
     return true;
   });
+}
+
+ModelWeights with_fp8_matrices_reference(const ModelWeights& w, bool matrices, bool lm_head) {
+  ModelWeights out = with_dense_matrices(w, DType::F32);
+  auto storage = std::make_shared<ConvertedStorage>();
+  storage->base = out.storage;
+  // A new f32 tensor holding f(values of t).
+  const auto replaced = [&](const Tensor& t, auto&& f) {
+    std::vector<float> values = widen(t);
+    f(values, t.cols());
+    std::vector<uint8_t>& bytes = storage->buffers.emplace_back(values.size() * sizeof(float));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    Tensor r = t;
+    r.data = bytes.data();
+    return r;
+  };
+  const auto fp8_rows = [](std::vector<float>& v, int64_t cols) {
+    std::vector<uint8_t> q(static_cast<size_t>(cols));
+    for (size_t i = 0; i < v.size(); i += size_t(cols)) {
+      const float scale = quantize_fp8_row(v.data() + i, cols, q.data());
+      for (int64_t j = 0; j < cols; ++j) v[i + size_t(j)] = fp8_e4m3_to_f32(q[size_t(j)]) * scale;
+    }
+  };
+  if (lm_head || matrices) {
+    out.lm_head = replaced(out.lm_head, fp8_rows);
+    out.config.tie_word_embeddings = false;
+  }
+  if (matrices) {
+    for (LayerWeights& l : out.layers)
+      for (Tensor& t : l.by_role)
+        if (!t.empty() && t.shape.size() == 2) t = replaced(t, fp8_rows);
+    out.embed = replaced(out.embed, [](std::vector<float>& v, int64_t) {
+      for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+    });
+  }
+  out.weight_bytes = decode_bytes(out);
+  out.storage = storage;
+  return out;
 }
 
 std::shared_ptr<const ModelWeights> with_bf16_matrices(std::shared_ptr<const ModelWeights> w) {

@@ -21,6 +21,13 @@ ModelWeights quantize_matrices(const ModelWeights& w, QuantType t);
 // F32 holds each Q8_0 weight (an int8 times an f16 scale) exactly; BF16 rounds it.
 ModelWeights with_dense_matrices(const ModelWeights& w, DType to);
 
+// `w` as the CUDA backend's fp8 options compute with, exactly, in f32 (the reference of a test
+// or benchmark): each layer matrix (with `matrices`) and lm_head (with `matrices` or
+// `lm_head`) replaced by its fp8 rows times their scales (model/fp8.h), quantized from the
+// matrices' own values; with `matrices` the embedding rounded to bf16, as the device keeps it.
+// A tied lm_head that changed is untied (config.tie_word_embeddings false).
+ModelWeights with_fp8_matrices_reference(const ModelWeights& w, bool matrices, bool lm_head);
+
 // `w` itself when no matrix is block-quantized; else a copy whose matrices are all bf16
 // (dense ones of another dtype too, so that the matrices share one dtype).
 std::shared_ptr<const ModelWeights> with_bf16_matrices(std::shared_ptr<const ModelWeights> w);

@@ -8,6 +8,7 @@ size_t dtype_size(DType t) {
     case DType::F16: return 2;
     case DType::BF16: return 2;
     case DType::I8: return 1;
+    case DType::F8_E4M3: return 1;
     case DType::Q8_0:
     case DType::Q4_K:
     case DType::Q6_K:
@@ -26,6 +27,7 @@ const char* dtype_name(DType t) {
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
     case DType::I8: return "I8";
+    case DType::F8_E4M3: return "F8_E4M3";
     case DType::Q8_0: return "Q8_0";
     case DType::Q4_K: return "Q4_K";
     case DType::Q6_K: return "Q6_K";

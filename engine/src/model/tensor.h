@@ -14,7 +14,9 @@ namespace runahead {
 
 // I8 exists only inside a quantized safetensors file (the int8 half of a Q8_0 pair); the
 // loader turns each pair into one Q8_0 tensor, so no model tensor is ever I8.
-enum class DType : uint8_t { F32, F16, BF16, I8, Q8_0, Q4_K, Q6_K, Q4_0, Q5_0, Q5_K, Q4_1, Q5_1 };
+// F8_E4M3: fp8 (1 sign, 4 exponent, 3 mantissa bits, max 448), only as the CUDA backend's
+// device copy of a matrix quantized at load with a scale per row (model/fp8.h).
+enum class DType : uint8_t { F32, F16, BF16, I8, Q8_0, Q4_K, Q6_K, Q4_0, Q5_0, Q5_K, Q4_1, Q5_1, F8_E4M3 };
 
 // Bytes of one element of a dense dtype; 0 for a block format (use row_bytes).
 size_t dtype_size(DType t);

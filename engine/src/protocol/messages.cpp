@@ -35,6 +35,7 @@ nlohmann::json hello_message() {
             {"dtypes", readable_dtypes()},
             {"model_files", {"folder", "gguf"}},
             {"weights", weight_options()},
+            {"lm_head", lm_head_options()},
             {"sampling", {"greedy", "temperature", "top_k", "top_p", "seed"}},
             {"speculation", speculation_modes()},
             {"max_line_bytes", kMaxLineBytes}}}};

@@ -79,7 +79,7 @@ LoadRequest parse_load(const json& request) {
   as_object(*options, "options");
   only_known_keys(*options, "options",
                   {"backend", "threads", "context_length", "newline_tokens", "speculation", "max_draft", "draft_model",
-                   "adaptive_depth", "weights"},
+                   "adaptive_depth", "weights", "lm_head"},
                   "option");
   if (const json* v = optional_field(*options, "backend")) {
     load.options.backend = as_string(*v, "options.backend");
@@ -98,7 +98,14 @@ LoadRequest parse_load(const json& request) {
     const auto& known = weight_options();
     if (std::find(known.begin(), known.end(), load.options.weights) == known.end())
       throw EngineError("bad_request", "options.weights: unknown value \"" + load.options.weights + "\"", {},
-                        "options.weights", "\"auto\" (as stored) or \"q8_0\"");
+                        "options.weights", "\"auto\" (as stored), \"q8_0\" or \"fp8\" (CUDA)");
+  }
+  if (const json* v = optional_field(*options, "lm_head")) {
+    load.options.lm_head = as_string(*v, "options.lm_head");
+    const auto& known = lm_head_options();
+    if (std::find(known.begin(), known.end(), load.options.lm_head) == known.end())
+      throw EngineError("bad_request", "options.lm_head: unknown value \"" + load.options.lm_head + "\"", {},
+                        "options.lm_head", "\"auto\", \"bf16\" or \"fp8\" (CUDA)");
   }
   SpeculationOptions& speculation = load.options.speculation;
   if (const json* v = optional_field(*options, "speculation")) {

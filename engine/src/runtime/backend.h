@@ -21,6 +21,11 @@ namespace runahead {
 struct BackendOptions {
   int threads = 0;         // 0: one per physical core
   int context_length = 0;  // 0: min(model's max_position_embeddings, 4096)
+  // CUDA only (the session refuses them for another backend): every weight matrix but the
+  // embedding (`weights: fp8`), or lm_head alone (`lm_head: fp8`), as fp8 e4m3 with a scale
+  // per row, quantized at load (model/fp8.h).
+  bool fp8_matrices = false;
+  bool fp8_lm_head = false;
 };
 
 // What a greedy verify kept: `accepted` drafted tokens, then the target's own `next`.

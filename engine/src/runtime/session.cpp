@@ -108,7 +108,12 @@ EngineError out_of_memory(const std::string& model, const LoadOptions& options, 
 }  // namespace
 
 const std::vector<std::string>& weight_options() {
-  static const std::vector<std::string> options = {"auto", "q8_0"};
+  static const std::vector<std::string> options = {"auto", "q8_0", "fp8"};
+  return options;
+}
+
+const std::vector<std::string>& lm_head_options() {
+  static const std::vector<std::string> options = {"auto", "bf16", "fp8"};
   return options;
 }
 
@@ -137,6 +142,17 @@ std::unique_ptr<Session> Session::open_checked(const std::string& model, const L
                                                const ProgressFn& progress, int& context) {
   const std::string backend = resolve_backend(options.backend);
   const BackendFactory make_backend = backend_factory(backend);
+  const bool fp8_matrices = options.weights == "fp8";
+  const bool fp8_lm_head = options.lm_head == "fp8" || (fp8_matrices && options.lm_head == "auto");
+  if (fp8_matrices && options.lm_head == "bf16")
+    throw EngineError("bad_request", "options.lm_head: bf16 with options.weights fp8 (fp8 weights quantize lm_head too)",
+                      {}, "options.lm_head", "\"auto\" or \"fp8\" with fp8 weights");
+  for (const auto& [asked, field] : {std::pair{fp8_matrices, "options.weights"}, std::pair{fp8_lm_head, "options.lm_head"}})
+    if (asked && backend != "cuda")
+      throw EngineError("bad_request",
+                        std::string(field) + ": fp8 runs on the CUDA backend only (this load uses the " + backend +
+                            " backend)",
+                        {}, field, "\"auto\", or options.backend \"cuda\" on a machine with an NVIDIA GPU");
 
   auto session = std::unique_ptr<Session>(new Session());
   session->model_ = model;
@@ -154,7 +170,7 @@ std::unique_ptr<Session> Session::open_checked(const std::string& model, const L
   std::vector<std::string> warnings;
   context = context_for(config, options.context_length, warnings);
   if (backend == "cpu") check_kv_fits(config, context);
-  const BackendOptions backend_options{threads_for(options.threads, warnings), context};
+  const BackendOptions backend_options{threads_for(options.threads, warnings), context, fp8_matrices, fp8_lm_head};
   if (backend == "cuda" && has_quantized_matrix(*session->weights_))
     warnings.push_back("the CUDA backend has no quantized kernels yet: the " + weight_formats(*session->weights_) +
                        " weights run widened to bf16 on the GPU (the CPU backend runs them as stored)");

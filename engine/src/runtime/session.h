@@ -22,11 +22,17 @@ struct LoadOptions {
   int context_length = 0;
   std::optional<std::vector<int32_t>> newline_tokens;  // absent: from the folder's tokenizer.json
   SpeculationOptions speculation;
-  std::string weights = "auto";  // weight_options(): "auto" as stored, "q8_0" dense matrices quantized at load
+  // weight_options(): "auto" as stored, "q8_0" dense matrices quantized at load (any backend),
+  // "fp8" every matrix but the embedding as fp8 e4m3 on the device (CUDA only).
+  std::string weights = "auto";
+  // lm_head_options(): "auto" (fp8 with weights "fp8", else as the weights) | "bf16" (as the
+  // weights: not quantized) | "fp8" (CUDA only).
+  std::string lm_head = "auto";
 };
 
-// The values of options.weights.
+// The values of options.weights and options.lm_head.
 const std::vector<std::string>& weight_options();
+const std::vector<std::string>& lm_head_options();
 
 // The backends compiled into this engine ("cpu", and "cuda" when built with CUDA).
 const std::vector<std::string>& built_backends();

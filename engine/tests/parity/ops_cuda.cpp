@@ -181,7 +181,7 @@ Run cuda_matmul_residual(const Tensor& w, const std::vector<float>& in, const st
     const int rows = int(w.rows()), K = int(w.cols());
     auto wd = up(w), ind = up(in), xd = up(x);
     if (n <= kMaxVecTokens) {
-      matvec_residual_add(wd->get(), w.dtype, rows, K, ind->get<float>(), n, xd->get<float>(), kSms, nullptr);
+      matvec_residual_add(wd->get(), w.dtype, nullptr, rows, K, ind->get<float>(), n, xd->get<float>(), kSms, nullptr);
     } else {  // as the prefill: the input to bf16, then x += in W^T on tensor cores
       auto h = zeros(size_t(n) * K * 2);
       to_bf16(ind->get<float>(), size_t(n) * K, h->get(), nullptr);
@@ -203,9 +203,9 @@ Run cuda_rmsnorm_gate_up_swiglu(const LayerWeights& l, const std::vector<float>&
       swiglu_to_bf16(gu->get(), n, I, act->get(), nullptr);
       return down_bf16(*act, size_t(n) * I);
     }
-    auto g = up(l[Role::WGate]), u = up(l[Role::WUp]);
+    auto gu_w = up_rows({&l[Role::WGate], &l[Role::WUp]});
     auto act = zeros(size_t(n) * I * 4);
-    rmsnorm_gate_up_swiglu(g->get(), u->get(), l[Role::WGate].dtype, norm->get<float>(), 1e-6f, H, I,
+    rmsnorm_gate_up_swiglu(gu_w->get(), l[Role::WGate].dtype, nullptr, norm->get<float>(), 1e-6f, H, I,
                            xd->get<float>(), n, act->get<float>(), kSms, nullptr);
     return down(*act, size_t(n) * I);
   };
