@@ -20,7 +20,7 @@ let client: LanguageClient | undefined;
  */
 const pathKeys = ['enginePath', 'modelPath', 'draftModelPath'];
 const userOnlyKeys = [...pathKeys, 'remote.url', 'remote.headers'];
-const keys = ['enabled', ...pathKeys, 'backend', 'speculation', 'maxDraftTokens', 'maxTokens', 'deadlineMs', 'debounceMs', 'contextBudget', 'disabledLanguages'];
+const keys = ['enabled', ...pathKeys, 'backend', 'speculation', 'weights', 'maxDraftTokens', 'maxTokens', 'deadlineMs', 'debounceMs', 'contextBudget', 'disabledLanguages'];
 const remoteKeys = ['url', 'model', 'fimTemplate', 'fimCustom', 'stop', 'headers', 'timeoutMs'];
 /** Where the remote server's API key is kept (the editor's SecretStorage, never settings.json). */
 const API_KEY_SECRET = 'runahead.remote.apiKey';

@@ -6,6 +6,8 @@ import { fimTemplateNames, type FimTemplateName } from './remote/fimTemplates';
 /** Where completions are computed: the local engine on `auto`/`cpu`/`cuda`, or an OpenAI-compatible server (`remote`). */
 export type Backend = 'auto' | 'cpu' | 'cuda' | 'remote';
 export type Speculation = 'auto' | 'off' | 'lookup' | 'mtp' | 'draft';
+/** How the engine keeps the weights (engine/PROTOCOL.md: options.weights, options.lm_head). */
+export type WeightsSetting = 'auto' | 'q8_0' | 'fp8' | 'fp8-lm-head';
 
 export interface Settings {
   enabled: boolean;
@@ -17,6 +19,8 @@ export interface Settings {
   enginePath: string;
   backend: Backend;
   speculation: Speculation;
+  /** `auto` as stored; `q8_0` quantized at load; `fp8` / `fp8-lm-head` on the GPU only. */
+  weights: WeightsSetting;
   maxDraftTokens: number;
   maxTokens: number;
   deadlineMs: number;
@@ -50,6 +54,7 @@ export const defaultSettings: Settings = {
   enginePath: '',
   backend: 'auto',
   speculation: 'auto',
+  weights: 'auto',
   maxDraftTokens: 8,
   maxTokens: 128,
   deadlineMs: 1000,
@@ -97,5 +102,5 @@ function readRemote(raw: unknown, base: RemoteSettings): RemoteSettings {
 
 /** The settings that need a new engine or a new model load when they change. */
 export function engineKey(s: Settings): string {
-  return JSON.stringify([s.enginePath, s.modelPath, s.draftModelPath, s.backend, s.speculation, s.maxDraftTokens]);
+  return JSON.stringify([s.enginePath, s.modelPath, s.draftModelPath, s.backend, s.speculation, s.maxDraftTokens, s.weights]);
 }

@@ -122,6 +122,19 @@ describe('language server with the real engine', function () {
     await sleep(50);
     assert.ok(client.metrics.some((m) => m.source === 'engine' && m.tokens! > 0), JSON.stringify(client.metrics));
   });
+
+  it('fp8 weights asked of the CPU engine: loads the weights as stored and says so (degraded), completions still come', async () => {
+    await client.close();
+    client = new TestClient({ modelPath: fixtureModel, enginePath: engineBinary, maxTokens: 16, deadlineMs: 5000, backend: 'cpu', weights: 'fp8' });
+    await client.initialize();
+    const s = await client.waitReady();
+    assert.equal(s.state, 'degraded', JSON.stringify(s));
+    assert.match(s.message, /weights "fp8" refused .*CUDA backend only/);
+    client.open(uri, text);
+    await client.complete(uri, line, character);
+    await sleep(50);
+    assert.ok(client.metrics.some((m) => m.source === 'engine' && m.tokens! > 0), JSON.stringify(client.metrics));
+  });
 });
 
 describe('language server with the real engine: huge files', function () {

@@ -1,5 +1,5 @@
 import { strict as assert } from 'node:assert';
-import { speculationOptions } from '../../server/src/engine/loadOptions';
+import { speculationOptions, weightOptions, withoutWeightOptions } from '../../server/src/engine/loadOptions';
 import { readSettings, type Settings } from '../../server/src/settings';
 
 describe('engine load options for speculation', () => {
@@ -22,5 +22,16 @@ describe('engine load options for speculation', () => {
 
   it('on auto, offers the bundled draft model', () => {
     assert.deepEqual(speculationOptions(s({}), '/m/draft', ['lookup', 'mtp', 'draft'], []), { speculation: 'auto', draft_model: '/m/draft', max_draft: 8 });
+  });
+});
+
+describe('engine load options for the weight format', () => {
+  it('maps runahead.weights to options.weights / options.lm_head, and auto to none', () => {
+    const s = (weights: unknown) => readSettings({ weights });
+    assert.deepEqual(weightOptions(s('auto')), {});
+    assert.deepEqual(weightOptions(s('q8_0')), { weights: 'q8_0' });
+    assert.deepEqual(weightOptions(s('fp8')), { weights: 'fp8' });
+    assert.deepEqual(weightOptions(s('fp8-lm-head')), { lm_head: 'fp8' });
+    assert.deepEqual(withoutWeightOptions({ backend: 'cpu', weights: 'fp8', lm_head: 'fp8', speculation: 'auto' }), { backend: 'cpu', speculation: 'auto' });
   });
 });

@@ -29,3 +29,19 @@ export function speculationOptions(settings: Settings, draft: string | undefined
   if (draft && (settings.speculation === 'draft' || settings.speculation === 'auto')) out.draft_model = draft;
   return out;
 }
+
+/** The weight-format part of `load`'s options for runahead.weights (none for `auto`). */
+export function weightOptions(settings: Settings): LoadOptions {
+  switch (settings.weights) {
+    case 'q8_0': return { weights: 'q8_0' };
+    case 'fp8': return { weights: 'fp8' };
+    case 'fp8-lm-head': return { lm_head: 'fp8' };
+    default: return {};
+  }
+}
+
+/** `options` without the weight-format options (what a load that refused them tries next). */
+export function withoutWeightOptions(options: LoadOptions): LoadOptions {
+  const { weights: _weights, lm_head: _lmHead, ...rest } = options;
+  return rest;
+}

@@ -8,7 +8,7 @@ import { withTimeout, TimeoutError } from '../deadline';
 import { locateEngine, locateModel, pathProblem } from './locate';
 import { EngineError, EngineGoneError, PROTOCOL_VERSION, type LoadOptions, type LoadReport } from './protocol';
 import { engineKey, type Settings } from '../settings';
-import { draftModelFor, speculationOptions } from './loadOptions';
+import { draftModelFor, speculationOptions, weightOptions, withoutWeightOptions } from './loadOptions';
 
 export type EngineState = 'stopped' | 'starting' | 'loading' | 'ready' | 'degraded' | 'restarting' | 'error';
 
@@ -246,16 +246,31 @@ export class EngineSupervisor extends EventEmitter {
         if (!current()) return;
         this.setStatus({ state: 'loading', message: `loading ${model.path}: ${p.stage} ${p.done}/${p.total}`, progress: { stage: p.stage, done: p.done, total: p.total } });
       };
+      // A refused weight format (fp8 asked of the CPU backend) and a refused drafter each load
+      // again without that option, once, loudly (the status shows degraded).
+      const weights = weightOptions(settings);
+      let options: LoadOptions = { ...base, ...weights, ...spec };
       let loaded;
-      try {
-        loaded = await conn.load(model.path, { ...base, ...spec }, onProgress);
-      } catch (err) {
-        // An engine without speculation refuses its options, and a model without the drafter
-        // asked for (no mtp.safetensors, no draft/) refuses that one: load without, loudly.
-        if (!(err instanceof EngineError) || !refusesSpeculation(err) || spec.speculation === 'off') throw err;
-        warnings.push(`speculation "${settings.speculation}" refused (${err.message}); running without speculation`);
-        // An engine that knows no speculation options gets none; ours is told `off`, since its default is `auto`.
-        loaded = await conn.load(model.path, err.code === 'bad_request' ? base : { ...base, speculation: 'off' }, onProgress);
+      for (let attempt = 0; ; attempt++) {
+        try {
+          loaded = await conn.load(model.path, options, onProgress);
+          break;
+        } catch (err) {
+          if (!(err instanceof EngineError) || attempt >= 2) throw err;
+          const field = err.detail.field ?? '';
+          if ((field === 'options.weights' || field === 'options.lm_head') && (options.weights !== undefined || options.lm_head !== undefined)) {
+            warnings.push(`weights "${settings.weights}" refused (${err.message}); running the weights as stored`);
+            options = withoutWeightOptions(options);
+            continue;
+          }
+          // An engine without speculation refuses its options, and a model without the drafter
+          // asked for (no mtp.safetensors, no draft/) refuses that one: load without, loudly.
+          if (!refusesSpeculation(err) || spec.speculation === 'off' || options.speculation === 'off') throw err;
+          warnings.push(`speculation "${settings.speculation}" refused (${err.message}); running without speculation`);
+          // An engine that knows no speculation options gets none; ours is told `off`, since its default is `auto`.
+          const kept = { ...base, ...(options.weights !== undefined || options.lm_head !== undefined ? weights : {}) };
+          options = err.code === 'bad_request' ? kept : { ...kept, speculation: 'off' };
+        }
       }
       if (!current()) return;
       const report = loaded.report;
