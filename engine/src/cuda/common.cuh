@@ -199,6 +199,14 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
           gv[e] = v.x, gv[e + 1] = v.y, gv[e + 2] = v.z, gv[e + 3] = v.w;
         }
       }
+      // Token t's inputs of this chunk, times g.
+      const auto inputs = [&](int t, float (&xv)[E]) {
+#pragma unroll
+        for (int e = 0; e < E; e += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(x + size_t(t) * ldx + c * E + e);
+          xv[e] = v.x * gv[e], xv[e + 1] = v.y * gv[e + 1], xv[e + 2] = v.z * gv[e + 2], xv[e + 3] = v.w * gv[e + 3];
+        }
+      };
       if constexpr (kIsFp8<W>) {
         __half2 wh[R][8];
 #pragma unroll
@@ -207,11 +215,7 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
         for (int t = 0; t < NT; ++t) {
           if (t >= n) break;
           float xv[E];
-#pragma unroll
-          for (int e = 0; e < E; e += 4) {
-            const float4 v = *reinterpret_cast<const float4*>(x + size_t(t) * ldx + c * E + e);
-            xv[e] = v.x * gv[e], xv[e + 1] = v.y * gv[e + 1], xv[e + 2] = v.z * gv[e + 2], xv[e + 3] = v.w * gv[e + 3];
-          }
+          inputs(t, xv);
           __half2 xh[8];
           fp8_inputs(xv, xh);
 #pragma unroll
@@ -226,11 +230,7 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
       for (int t = 0; t < NT; ++t) {
         if (t >= n) break;
         float xv[E];
-#pragma unroll
-        for (int e = 0; e < E; e += 4) {
-          const float4 v = *reinterpret_cast<const float4*>(x + size_t(t) * ldx + c * E + e);
-          xv[e] = v.x * gv[e], xv[e + 1] = v.y * gv[e + 1], xv[e + 2] = v.z * gv[e + 2], xv[e + 3] = v.w * gv[e + 3];
-        }
+        inputs(t, xv);
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
