@@ -5,12 +5,20 @@
 //
 // The embedded model ships in Q8_0; its GGUF is written two ways: as stored (the shipped Q8_0
 // blocks) and with every matrix widened exactly to F32 (no quantization on either side).
-// Measured (20 runs, the 17M-parameter v2 model): F32 greedy runs identical 19/20, teacher-forced
-// top-1 99.92%; Q8_0 16/20 and 99.69%. So F32 meets the issue's bars (>= 95% of runs, >= 99%
-// top-1) and Q8_0 meets the top-1 bar but not the runs bar: our Q8_0 kernels and llama.cpp's
-// part at near-ties more often than the float paths do (a known gap, issue 12's notes). What is
-// asserted: top-1 >= 99% for both, F32 runs >= 95%, and Q8_0 runs no fewer than measured
-// (>= 75%) so a regression fails.
+// llama.cpp runs with its most exact attention (LlamaCppPeer's exactAttention: F32 KV cache,
+// no flash attention), as ours is: its default F16 cache rounds K, V, q and the attention
+// weights to f16, which is llama.cpp's own precision, not the arithmetic under test.
+// Measured (20 runs, the 17M-parameter v2 model, issue 12): F32 greedy runs identical 20/20
+// (19/20 with llama.cpp's F16 cache), log-probs within 6e-5; Q8_0 17/20 (16/20 with the F16
+// cache). Why Q8_0 stays below 95%: int8 activations (llama.cpp's quantize_row_q8_0, which
+// ours follows step for step, f16 scale included) turn last-bit differences of float summation
+// order into whole quantization steps. A 1e-7 relative perturbation of every matmul output
+// moves this model's log-probs by up to 0.03 (a numpy emulation of the forward), and
+// Runahead's own AVX-512 and portable kernel tables, which differ only in summation order,
+// agree on 15/20 Q8_0 runs and 20/20 F32 runs. Agreeing at near-ties would take ggml's float
+// order in every op (matmul lanes, rope's float recurrences, its expf polynomial, softmax),
+// not a fix of the arithmetic. What is asserted: top-1 >= 99% for both, F32 runs >= 95%, and
+// Q8_0 runs no fewer than measured (>= 75%) so a regression fails.
 import { strict as assert } from 'node:assert';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -42,7 +50,7 @@ interface Agreement {
 
 /** Runahead and llama.cpp on `file`: identical greedy runs and teacher-forced top-1 agreement. */
 async function compare(entry: string, file: string): Promise<Agreement> {
-  const peer = await LlamaCppPeer.open(entry, file, { threads: 2, contextSize: 1024, gpu: false });
+  const peer = await LlamaCppPeer.open(entry, file, { threads: 2, contextSize: 1024, gpu: false, exactAttention: true });
   const engine = new EngineConnection(engineBinary, [], () => undefined);
   try {
     await engine.hello();
@@ -81,7 +89,8 @@ async function compare(entry: string, file: string): Promise<Agreement> {
 }
 
 describe('accuracy against llama.cpp (node-llama-cpp) on the same GGUF', function () {
-  this.timeout(600_000);
+  // About 5 minutes on 2 idle cores; over 10 when others share them (two runs timed out at 10).
+  this.timeout(1_500_000);
   let dir: string;
   let entry: string | undefined;
 

@@ -39,7 +39,15 @@ interface NlcModule {
   getLlama(options: { gpu: 'auto' | false; build: 'never'; logLevel: 'info'; logger: (level: string, message: string) => void }): Promise<{
     gpu: string | false;
     loadModel(o: { modelPath: string }): Promise<{
-      createContext(o: { contextSize: number; threads?: number; batchSize: number; performanceTracking: true }): Promise<NlcContext>;
+      createContext(o: {
+        contextSize: number;
+        threads?: number;
+        batchSize: number;
+        performanceTracking: true;
+        flashAttention?: boolean;
+        experimentalKvCacheKeyType?: 'F32';
+        experimentalKvCacheValueType?: 'F32';
+      }): Promise<NlcContext>;
       dispose(): Promise<void>;
     }>;
     dispose(): Promise<void>;
@@ -109,11 +117,16 @@ export class LlamaCppPeer {
     readonly device: string,
   ) {}
 
-  /** Loads `gguf` with node-llama-cpp from `entry` (its resolved index.js); `gpu` false keeps it on the CPU like a CPU engine. */
-  static async open(entry: string, gguf: string, options: { threads: number; contextSize: number; gpu: boolean }): Promise<LlamaCppPeer> {
+  /**
+   * Loads `gguf` with node-llama-cpp from `entry` (its resolved index.js); `gpu` false keeps it on the CPU like a CPU engine.
+   * `exactAttention`: an F32 KV cache and no flash attention, so attention runs in f32 as ours does (llama.cpp's default
+   * F16 cache rounds K, V, q and the attention weights to f16); for accuracy comparisons, not for speed.
+   */
+  static async open(entry: string, gguf: string, options: { threads: number; contextSize: number; gpu: boolean; exactAttention?: boolean }): Promise<LlamaCppPeer> {
     const { llama, logged } = await sharedLlama(entry, options.gpu);
     const model = await llama.loadModel({ modelPath: gguf });
-    const context = await model.createContext({ contextSize: options.contextSize, threads: options.threads || undefined, batchSize: 512, performanceTracking: true });
+    const exact = options.exactAttention ? { flashAttention: false, experimentalKvCacheKeyType: 'F32', experimentalKvCacheValueType: 'F32' } as const : {};
+    const context = await model.createContext({ contextSize: options.contextSize, threads: options.threads || undefined, batchSize: 512, performanceTracking: true, ...exact });
     const peer = new LlamaCppPeer(context, context.getSequence(), logged, async () => {
       await context.dispose();
       await model.dispose();
