@@ -9,8 +9,8 @@
 // no flash attention), as ours is: its default F16 cache rounds K, V, q and the attention
 // weights to f16, which is llama.cpp's own precision, not the arithmetic under test.
 // Measured (20 runs, the 17M-parameter v2 model, issue 12): F32 greedy runs identical 20/20
-// (19/20 with llama.cpp's F16 cache), log-probs within 6e-5; Q8_0 17/20 (16/20 with the F16
-// cache). Why Q8_0 stays below 95%: int8 activations (llama.cpp's quantize_row_q8_0, which
+// (19/20 with llama.cpp's F16 cache), log-probs within 6e-5, top-1 100%; Q8_0 17-18/20 (16/20
+// with the F16 cache), top-1 99.69%. Why Q8_0 stays below 95%: int8 activations (llama.cpp's quantize_row_q8_0, which
 // ours follows step for step, f16 scale included) turn last-bit differences of float summation
 // order into whole quantization steps. A 1e-7 relative perturbation of every matmul output
 // moves this model's log-probs by up to 0.03 (a numpy emulation of the forward), and
