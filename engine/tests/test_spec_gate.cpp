@@ -187,6 +187,6 @@ TEST_CASE("a workload that changes between requests: the gate follows it") {
     const Session::Outcome o = s.request(random_prompt(rng), 100);
     // The first wrong request pays for the steps that shut the gate; then only probes draft.
     CHECK(o.ms <= (r == 0 ? 1.15 : 1.02) * o.plain_ms);
-    if (r > 0) CHECK(o.stats.speculation.steps <= 3);
+    if (r > 0) CHECK(o.stats.speculation.steps <= 6);  // at most two probes of three steps
   }
 }

@@ -41,7 +41,7 @@ class DraftGates {
 
  private:
   enum class State { Probing, Open, Shut };
-  static constexpr int kFirstBackoff = 16;  // steps from a failed probe to the next, at first
+  static constexpr int kFirstBackoff = 4;  // steps from a failed probe to the next, at first (the 1 % rule sets longer waits where probes cost)
   struct Gate {
     State state = State::Probing;
     // Decayed sums over the steps it drafted: their time, and what plain steps would have
