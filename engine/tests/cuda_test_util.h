@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -47,6 +49,16 @@ inline Bf16Matrix random_bf16(size_t n, std::mt19937& rng, float scale = 0.5f) {
     m.values[i] = bf16_to_f32(m.bits[i]);
   }
   return m;
+}
+
+// A backend whose single-token steps take the path RUNAHEAD_CUDA_PERSISTENT names (1: the
+// persistent kernel, 0: a kernel per op) instead of the faster one timed at load.
+inline std::unique_ptr<CudaBackend> backend_on(const char* persistent, std::shared_ptr<const ModelWeights> w,
+                                               const BackendOptions& o) {
+  setenv("RUNAHEAD_CUDA_PERSISTENT", persistent, 1);
+  auto b = make_cuda_backend(std::move(w), o);
+  unsetenv("RUNAHEAD_CUDA_PERSISTENT");
+  return b;
 }
 
 template <class T> cuda::DeviceBuffer to_device(const std::vector<T>& v) {

@@ -18,19 +18,10 @@
 #include "model/weights.h"
 
 using namespace runahead;
+using runahead::testing::backend_on;
 using runahead::testing::random_tokens;
 
 namespace {
-
-// A backend whose single-token steps take the path RUNAHEAD_CUDA_PERSISTENT names (1: the
-// persistent kernel, 0: a kernel per op) instead of the faster one timed at load.
-std::unique_ptr<CudaBackend> backend_on(const char* persistent, std::shared_ptr<const ModelWeights> w,
-                                        const BackendOptions& o) {
-  setenv("RUNAHEAD_CUDA_PERSISTENT", persistent, 1);
-  auto b = make_cuda_backend(std::move(w), o);
-  unsetenv("RUNAHEAD_CUDA_PERSISTENT");
-  return b;
-}
 
 int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 

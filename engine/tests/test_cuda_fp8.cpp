@@ -50,14 +50,6 @@ double relative_max(const std::vector<float>& a, const std::vector<float>& b) {
   return worst / scale;
 }
 
-std::unique_ptr<CudaBackend> cuda_backend(const char* persistent, std::shared_ptr<const ModelWeights> w,
-                                          const BackendOptions& o) {
-  setenv("RUNAHEAD_CUDA_PERSISTENT", persistent, 1);
-  auto b = make_cuda_backend(std::move(w), o);
-  unsetenv("RUNAHEAD_CUDA_PERSISTENT");
-  return b;
-}
-
 }  // namespace
 
 TEST_CASE("cuda fp8: the device quantizer gives the host format's bytes and scales") {
@@ -119,7 +111,7 @@ TEST_CASE("cuda fp8: fp8 weights and an fp8 lm_head compute what their f32 refer
       CAPTURE(c.model);
       CAPTURE(c.matrices);
       CAPTURE(persistent);
-      auto cuda = cuda_backend(persistent, weights, options);
+      auto cuda = backend_on(persistent, weights, options);
       auto cpu = make_cpu_backend(reference, BackendOptions{2, 512});
       const auto optimizations = cuda->describe()["optimizations"];
       CHECK(optimizations["lm_head"].get<std::string>().rfind("F8_E4M3", 0) == 0);
@@ -193,9 +185,9 @@ TEST_CASE("cuda fp8: fp8 weights on a published shape stay close to bf16 on both
   bf16.context_length = 256;
   BackendOptions fp8 = bf16;
   fp8.fp8_matrices = true;
-  auto persistent = cuda_backend("1", weights, fp8);
-  auto per_op = cuda_backend("0", weights, fp8);
-  auto plain = cuda_backend("0", weights, bf16);
+  auto persistent = backend_on("1", weights, fp8);
+  auto per_op = backend_on("0", weights, fp8);
+  auto plain = backend_on("0", weights, bf16);
   REQUIRE(persistent->describe()["optimizations"]["decode_step"].get<std::string>().rfind("one persistent kernel", 0) == 0);
   const int V = weights->config.vocab_size;
   std::mt19937 rng(4);
