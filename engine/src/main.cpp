@@ -27,7 +27,7 @@ constexpr const char* kUsage =
     "usage: runahead-engine [serve]          serve PROTOCOL.md v1 on stdin/stdout\n"
     "       runahead-engine bench ...        benchmark (runahead-engine bench --help)\n"
     "       runahead-engine demo --model DIR|random:<shape> [--prompt-ids 1,2,3] [--tokens N] [--threads N]\n"
-    "                                        [--speculation auto|off|lookup|mtp|draft]\n"
+    "                                        [--speculation auto|off|lookup|mtp|draft] [--max-draft N]\n"
     "                                        greedy continuation, each token id with its ms, then the stats\n"
     "       runahead-engine --version | --help\n";
 
@@ -72,6 +72,7 @@ int run_demo(int argc, char** argv) {
     else if (flag == "--tokens") request.max_tokens = parse_count(flag, value);
     else if (flag == "--threads") options.threads = parse_count(flag, value);
     else if (flag == "--speculation") options.speculation.mode = value;
+    else if (flag == "--max-draft") options.speculation.max_draft = parse_count(flag, value);
     else usage_error("demo: unknown option " + flag);
   }
   if (model.empty()) usage_error("demo: --model is required");

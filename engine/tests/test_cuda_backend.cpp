@@ -449,7 +449,7 @@ TEST_CASE("cuda backend: qwen3 (q/k norms) matches the transformers golden and t
 namespace {
 
 // Greedy verify on the device against the CPU's argmax: from one prompt, drafts of every
-// width the device path takes (1..8 tokens in the step), right up to a wrong token at each
+// width the device path takes (1..kMaxVecTokens = 17 tokens in the step), right up to a wrong token at each
 // place, keep what the CPU's greedy continuation says, leave the cache at that length, and
 // decoding from there continues the CPU's tokens.
 void check_device_verify(std::shared_ptr<const ModelWeights> weights) {
@@ -464,7 +464,7 @@ void check_device_verify(std::shared_ptr<const ModelWeights> weights) {
   std::vector<float> logits;
   cpu->forward(prompt, 1, logits);
   g.push_back(argmax_of(logits, 0, V));
-  for (int i = 0; i < 14; ++i) {
+  for (int i = 0; i < cuda::kMaxVecTokens; ++i) {
     cpu->forward(std::span<const int32_t>(&g.back(), 1), 1, logits);
     g.push_back(argmax_of(logits, 0, V));
   }

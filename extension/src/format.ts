@@ -35,6 +35,14 @@ export function optimizationsText(o: Record<string, unknown> | undefined): strin
   return Object.entries(o).map(([k, v]) => (v === true ? k : v === false ? `${k} off` : `${k}: ${String(v)}`)).join(', ');
 }
 
+/** The engine's self-check in one line: how many optimisations are active, then each one that is not, and why. */
+export function checksText(checks: { name: string; active: boolean; why: string; required?: boolean }[] | undefined): string {
+  if (!checks || checks.length === 0) return '–';
+  const off = checks.filter((c) => !c.active);
+  const active = `${checks.length - off.length} of ${checks.length} active`;
+  return off.length === 0 ? active : `${active}; not active: ${off.map((c) => `${c.name}${c.required ? ' (required)' : ''}: ${c.why}`).join('; ')}`;
+}
+
 /** What only the editor knows: a snooze, and whether the active editor's language is turned off. */
 export interface LocalState {
   /** Minutes left of a snooze (rounded up); undefined when not snoozed. */

@@ -2,7 +2,7 @@
 // ms/token and accepted tokens per step; the tooltip holds the breakdown.
 // What it says in each state is statusView's (format.ts).
 import * as vscode from 'vscode';
-import { headline, measuresSpeed, num, optimizationsText, pathCell, perStepText, statusView, type CompletionMetrics, type LocalState, type ServerStatus } from './format';
+import { checksText, headline, measuresSpeed, num, optimizationsText, pathCell, perStepText, statusView, type CompletionMetrics, type LocalState, type ServerStatus } from './format';
 
 export class StatusBar implements vscode.Disposable {
   private readonly item = vscode.window.createStatusBarItem('runahead.status', vscode.StatusBarAlignment.Right, 100);
@@ -65,6 +65,7 @@ export class StatusBar implements vscode.Disposable {
         line('Backend', s.backend ?? '–');
         line('Engine', s.engine ?? '–');
         line('Optimisations', optimizationsText(s.optimizations));
+        line('Self-check', checksText(s.checks));
         line('FIM order', s.fimOrder ?? '–');
       }
       const restart = s.lastRestart ? ` (last: ${s.lastRestart.reason} at ${new Date(s.lastRestart.at).toLocaleTimeString()})` : '';

@@ -22,6 +22,8 @@ export interface Settings {
   /** `auto` as stored; `q8_0` quantized at load; `fp8` / `fp8-lm-head` on the GPU only. */
   weights: WeightsSetting;
   maxDraftTokens: number;
+  /** Optimisations that must be active after a load (engine/PROTOCOL.md options.require); one that is not degrades the status. */
+  requireOptimizations: string[];
   maxTokens: number;
   deadlineMs: number;
   debounceMs: number;
@@ -56,6 +58,7 @@ export const defaultSettings: Settings = {
   speculation: 'auto',
   weights: 'auto',
   maxDraftTokens: 8,
+  requireOptimizations: [],
   maxTokens: 128,
   deadlineMs: 1000,
   debounceMs: 20,
@@ -102,5 +105,5 @@ function readRemote(raw: unknown, base: RemoteSettings): RemoteSettings {
 
 /** The settings that need a new engine or a new model load when they change. */
 export function engineKey(s: Settings): string {
-  return JSON.stringify([s.enginePath, s.modelPath, s.draftModelPath, s.backend, s.speculation, s.maxDraftTokens, s.weights]);
+  return JSON.stringify([s.enginePath, s.modelPath, s.draftModelPath, s.backend, s.speculation, s.maxDraftTokens, s.weights, s.requireOptimizations]);
 }

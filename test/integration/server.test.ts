@@ -135,6 +135,20 @@ describe('language server with the real engine', function () {
     await sleep(50);
     assert.ok(client.metrics.some((m) => m.source === 'engine' && m.tokens! > 0), JSON.stringify(client.metrics));
   });
+
+  it('an optimisation required that the CPU engine lacks: loads, and the status says which and why (degraded)', async () => {
+    await client.close();
+    client = new TestClient({ modelPath: fixtureModel, enginePath: engineBinary, maxTokens: 16, deadlineMs: 5000, backend: 'cpu', requireOptimizations: ['persistent_step', 'lookup'] });
+    await client.initialize();
+    const s = await client.waitReady();
+    assert.equal(s.state, 'degraded', JSON.stringify(s));
+    assert.match(s.message, /options\.require: persistent_step is not active: the cpu backend has no persistent_step/);
+    assert.doesNotMatch(s.message, /lookup/);
+    client.open(uri, text);
+    await client.complete(uri, line, character);
+    await sleep(50);
+    assert.ok(client.metrics.some((m) => m.source === 'engine' && m.tokens! > 0), JSON.stringify(client.metrics));
+  });
 });
 
 describe('language server with the real engine: huge files', function () {

@@ -1,5 +1,5 @@
 import { strict as assert } from 'node:assert';
-import { ErrorOnce, headline, measuresSpeed, metricsLine, optimizationsText, perStepText, speedText, statusView, type CompletionMetrics, type ServerStatus } from '../../extension/src/format';
+import { checksText, ErrorOnce, headline, measuresSpeed, metricsLine, optimizationsText, perStepText, speedText, statusView, type CompletionMetrics, type ServerStatus } from '../../extension/src/format';
 
 const statusText = (...a: Parameters<typeof statusView>) => {
   const { text, level } = statusView(...a);
@@ -71,6 +71,19 @@ describe('extension: status bar and log text', () => {
   it('explains /step and writes optimisations in words', () => {
     assert.equal(perStepText(metrics), '4.1 tokens per model step from speculative decoding (1.0 = no speed-up)');
     assert.equal(optimizationsText({ cudaGraphs: true, fp8Head: false, drafter: 'lookup' }), 'cudaGraphs, fp8Head off, drafter: lookup');
+  });
+
+  it('says how much of the self-check is active, and why each other one is not', () => {
+    assert.equal(checksText(undefined), '–');
+    assert.equal(checksText([{ name: 'pdl', active: true, why: '40 of 41 edges' }]), '1 of 1 active');
+    assert.equal(
+      checksText([
+        { name: 'pdl', active: true, why: '40 of 41 edges' },
+        { name: 'mtp', active: false, why: 'no /m/mtp.safetensors' },
+        { name: 'persistent_step', active: false, why: 'the cpu backend has no persistent_step', required: true },
+      ]),
+      '1 of 3 active; not active: mtp: no /m/mtp.safetensors; persistent_step (required): the cpu backend has no persistent_step',
+    );
   });
 
   it('logs each distinct error once and counts its repeats', () => {

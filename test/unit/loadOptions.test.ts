@@ -1,5 +1,5 @@
 import { strict as assert } from 'node:assert';
-import { speculationOptions, weightOptions, withoutWeightOptions } from '../../server/src/engine/loadOptions';
+import { requireOptions, speculationOptions, weightOptions, withoutWeightOptions } from '../../server/src/engine/loadOptions';
 import { readSettings, type Settings } from '../../server/src/settings';
 
 describe('engine load options for speculation', () => {
@@ -33,5 +33,14 @@ describe('engine load options for the weight format', () => {
     assert.deepEqual(weightOptions(s('fp8')), { weights: 'fp8' });
     assert.deepEqual(weightOptions(s('fp8-lm-head')), { lm_head: 'fp8' });
     assert.deepEqual(withoutWeightOptions({ backend: 'cpu', weights: 'fp8', lm_head: 'fp8', speculation: 'auto' }), { backend: 'cpu', speculation: 'auto' });
+  });
+});
+
+describe('engine load options for the self-check', () => {
+  it('sends runahead.requireOptimizations as options.require with fallback, and nothing when empty', () => {
+    assert.deepEqual(requireOptions(readSettings({})), {});
+    assert.deepEqual(requireOptions(readSettings({ requireOptimizations: ['pdl', 'persistent_step'] })), { require: ['pdl', 'persistent_step'], fallback: true });
+    // A value of the wrong type is ignored like any other setting.
+    assert.deepEqual(requireOptions(readSettings({ requireOptimizations: 'pdl' })), {});
   });
 });

@@ -3,6 +3,7 @@
 // run, prefill time, and the time of each op family of the decode step (the backend's step
 // part by part, through cuda/step_parts.h: the profiling lives here, not in the backend).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -24,6 +25,7 @@
 #include "model/quantize.h"
 #include "model/weights.h"
 #include "runtime/bench.h"
+#include "runtime/session.h"
 
 namespace runahead {
 namespace {
@@ -36,14 +38,19 @@ struct CudaBenchArgs {
   bool json = false;
   bool fp8_matrices = false, fp8_lm_head = false;  // --weights fp8, --lm-head fp8 (the load options)
   std::string agreement;  // --agreement FILE: token ids (separated by commas or whitespace) of real text
+  std::string timeline;   // --timeline FILE: token ids of a prompt for the step loop's timeline
+  std::string speculation = "off,lookup,auto";  // --speculation: the modes --timeline runs
 };
 
 constexpr const char* kUsage =
     "usage: runahead-engine bench --backend cuda (--model DIR | --random-shape qwen2.5-coder-0.5b|1.5b|7b)\n"
     "                             [--ctx N] [--tokens N] [--prefill N] [--reps N] [--weights auto|fp8]\n"
     "                             [--lm-head auto|fp8] [--agreement IDS_FILE] [--json]\n"
+    "                             [--timeline IDS_FILE [--speculation off,lookup,auto]]\n"
     "--agreement: instead of timing, the top-1 agreement of the fp8 options with the model as stored,\n"
-    "teacher-forced over the file's tokens (every position's argmax, both on the device).\n";
+    "teacher-forced over the file's tokens (every position's argmax, both on the device).\n"
+    "--timeline: the engine's own step loop (a loaded session, greedy, --tokens tokens after the file's\n"
+    "prompt) in each speculation mode, with the device's idle time between consecutive steps.\n";
 
 CudaBenchArgs parse(int argc, char** argv) {
   CudaBenchArgs a;
@@ -74,6 +81,8 @@ CudaBenchArgs parse(int argc, char** argv) {
     else if (arg == "--reps") a.reps = std::max(1, count(i));
     else if (arg == "--json") a.json = true;
     else if (arg == "--agreement") a.agreement = value(i);
+    else if (arg == "--timeline") a.timeline = value(i);
+    else if (arg == "--speculation") a.speculation = value(i);
     else if (arg == "--weights" || arg == "--lm-head") {
       const std::string v = value(i);
       if (v != "auto" && v != "fp8") throw std::invalid_argument(arg + " expects auto or fp8, got '" + v + "'");
@@ -137,6 +146,39 @@ double time_decode_steps(CudaBackend& backend, int steps) {
   cudaEventDestroy(end);
   p.set_position(start + steps);  // where the replays left the device position
   return ms / steps;
+}
+
+// verify(k): the mean ms of a greedy verify step of 1 + k tokens (the pending token and k drafted
+// ones, what the token buffer holds: drafts the target rarely keeps), k = 0 .. kMaxVecTokens - 1,
+// each width's graph replayed `reps` times back to back from position `ctx`; beside the plain
+// single-token step that decode replays, timed the same way.
+nlohmann::json time_verify_steps(CudaBackend& backend, int ctx, int reps) {
+  StepParts& p = backend.step_parts();
+  cudaEvent_t begin, end;
+  check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&end), "cudaEventCreate");
+  const auto timed = [&](cudaGraphExec_t g) {
+    p.set_position(ctx);
+    p.launch_graph(g);  // warm: the first replay uploads the graph
+    p.set_position(ctx);
+    check_cuda(cudaEventRecord(begin, p.stream()), "cudaEventRecord");
+    for (int i = 0; i < reps; ++i) p.launch_graph(g);
+    check_cuda(cudaEventRecord(end, p.stream()), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(end), "verify steps");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+    return double(ms) / reps;
+  };
+  const double plain = timed(p.greedy_step_graph());
+  nlohmann::json steps = nlohmann::json::array();
+  for (int n = 1; n <= kMaxVecTokens; ++n) {
+    const double ms = timed(p.verify_step_graph(n));
+    steps.push_back({{"k", n - 1}, {"ms", ms}, {"vs_plain", ms / plain}});
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  p.set_position(ctx);
+  return {{"plain_ms", plain}, {"reps", reps}, {"steps", steps}};
 }
 
 // The time of each op family of the decode step alone: its launches for every layer captured
@@ -287,20 +329,73 @@ double device_weight_bytes(const ModelWeights& w, StepParts& p) {
   return bytes;
 }
 
-// Top-1 agreement of the fp8 options with the weights as stored: every position of `ids`
-// teacher-forced through both (one forward each, all rows), argmax against argmax.
-nlohmann::json agreement(const CudaBenchArgs& a, std::shared_ptr<const ModelWeights> weights) {
-  std::ifstream in(a.agreement);
-  if (!in) throw std::invalid_argument("--agreement: cannot read " + a.agreement);
-  std::vector<int32_t> ids;  // separated by commas or whitespace
+// The token ids of `path`, separated by commas or whitespace (brackets allowed).
+std::vector<int32_t> read_ids(const std::string& flag, const std::string& path, int vocab) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(flag + ": cannot read " + path);
+  std::vector<int32_t> ids;
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::istringstream numbers(std::regex_replace(text, std::regex("[,\\[\\]]"), " "));
   for (long long id; numbers >> id;) {
-    if (id < 0 || id >= weights->config.vocab_size)
-      throw std::invalid_argument("--agreement: token id " + std::to_string(id) + " is outside the vocabulary");
+    if (id < 0 || id >= vocab)
+      throw std::invalid_argument(flag + ": token id " + std::to_string(id) + " is outside the vocabulary");
     ids.push_back(int32_t(id));
   }
-  if (ids.empty()) throw std::invalid_argument("--agreement: no token ids in " + a.agreement);
+  if (ids.empty()) throw std::invalid_argument(flag + ": no token ids in " + path);
+  return ids;
+}
+
+// The step loop as the engine runs it (Session, Generator, Speculator on the CUDA backend), one
+// greedy request of a.tokens tokens per speculation mode, after a warm-up request: ms/token,
+// steps, and the device's idle time between consecutive steps (CudaBackend::step_gaps_us).
+nlohmann::json timeline(const CudaBenchArgs& a) {
+  if (a.model.empty()) throw std::invalid_argument("--timeline needs --model");
+  nlohmann::json out = {{"model", a.model}, {"modes", nlohmann::json::array()}};
+  std::stringstream modes(a.speculation);
+  for (std::string mode; std::getline(modes, mode, ',');) {
+    LoadOptions o;
+    o.backend = "cuda";
+    o.speculation.mode = mode;
+    auto session = Session::open(a.model, o);
+    auto* cuda = dynamic_cast<CudaBackend*>(&session->generator().backend());
+    if (!cuda) throw std::invalid_argument("--timeline: the session did not load on the CUDA backend");
+    GenerateRequest r;
+    r.prompt = read_ids("--timeline", a.timeline, session->weights().config.vocab_size);
+    r.max_tokens = a.tokens;
+    const std::atomic<bool> never{false};
+    session->generator().generate(r, [](auto, auto) {}, never);  // warm: graphs, the drafters' first catch-up
+    session->generator().rollback(0);
+    cuda->record_timeline(true);
+    const HostWaits before = cuda->host_waits();
+    const GenerateResult result = session->generator().generate(r, [](auto, auto) {}, never);
+    const HostWaits after = cuda->host_waits();
+    std::vector<double> gaps = cuda->step_gaps_us();
+    cuda->record_timeline(false);
+    std::sort(gaps.begin(), gaps.end());
+    const auto at = [&](double q) { return gaps.empty() ? 0.0 : gaps[size_t(q * double(gaps.size() - 1))]; };
+    double sum = 0;
+    int over = 0;
+    for (double g : gaps) sum += g, over += g > 5.0;
+    out["modes"].push_back({{"speculation", mode},
+                            {"tokens", result.stats.tokens},
+                            {"steps", result.stats.steps},
+                            {"decode_ms_per_token", result.stats.decode_ms_per_token},
+                            {"gaps", gaps.size()},
+                            {"gap_us_p50", at(0.5)},
+                            {"gap_us_p90", at(0.9)},
+                            {"gap_us_max", at(1.0)},
+                            {"gap_us_mean", gaps.empty() ? 0.0 : sum / double(gaps.size())},
+                            {"gaps_over_5us", over},
+                            {"host_waits", after.all - before.all},
+                            {"drained_waits", after.drained - before.drained}});
+  }
+  return out;
+}
+
+// Top-1 agreement of the fp8 options with the weights as stored: every position of `ids`
+// teacher-forced through both (one forward each, all rows), argmax against argmax.
+nlohmann::json agreement(const CudaBenchArgs& a, std::shared_ptr<const ModelWeights> weights) {
+  const std::vector<int32_t> ids = read_ids("--agreement", a.agreement, weights->config.vocab_size);
   BackendOptions stored;
   stored.context_length = int(ids.size()) + 8;
   BackendOptions fp8 = stored;
@@ -332,13 +427,15 @@ nlohmann::json agreement(const CudaBenchArgs& a, std::shared_ptr<const ModelWeig
 
 nlohmann::json bench(const CudaBenchArgs& a) {
   if (!cuda_available()) throw EngineError("cuda_error", "no CUDA device is available");
+  if (!a.timeline.empty()) return timeline(a);
   auto weights = std::make_shared<ModelWeights>(a.model.empty() ? random_model(a.random_shape) : load_model(a.model));
   if (!a.agreement.empty()) return agreement(a, with_bf16_matrices(weights));
   const ModelConfig& c = weights->config;
   const double bandwidth = copy_bandwidth(size_t(2) << 30);
 
   BackendOptions options;
-  options.context_length = std::max(a.ctx + a.tokens + 8, a.prefill);
+  // Room for the verify steps' replays too (each moves the position on by what it kept).
+  options.context_length = std::max({a.ctx + a.tokens + 8, a.prefill, a.ctx + a.reps * kMaxVecTokens + 8});
   options.fp8_matrices = a.fp8_matrices;
   options.fp8_lm_head = a.fp8_lm_head;
   auto backend = make_cuda_backend(weights, options);
@@ -384,6 +481,7 @@ nlohmann::json bench(const CudaBenchArgs& a) {
   for (const auto& op : ops) ops_us += op["us_per_step"].get<double>();
   const nlohmann::json step = profile_decode_step(*backend, a.reps);
   const nlohmann::json prefill_ops = profile_prefill_ops(*backend, a.prefill);
+  const nlohmann::json verify = time_verify_steps(*backend, a.ctx, a.reps);
 
   const double bound_ms = step_bytes / bandwidth * 1e3;
   return {{"backend", "cuda"},
@@ -407,10 +505,24 @@ nlohmann::json bench(const CudaBenchArgs& a) {
           {"ops_sum_us", ops_us},
           {"decode_step_phases", step},
           {"prefill_ops", prefill_ops},
+          {"verify_steps", verify},
           {"optimizations", backend->describe()["optimizations"]}};
 }
 
 void print_report(const nlohmann::json& r) {
+  if (r.contains("modes")) {
+    std::printf("timeline  %s on the device, the engine's step loop (greedy), idle GPU between consecutive steps:\n",
+                r["model"].get<std::string>().c_str());
+    for (const auto& m : r["modes"])
+      std::printf("  %-7s %4d tokens in %4d steps, %.4f ms/token; gap p50 %.1f us, p90 %.1f, max %.1f, mean %.1f; "
+                  "%d of %d gaps over 5 us; host waits %lld (%lld with the device drained)\n",
+                  m["speculation"].get<std::string>().c_str(), m["tokens"].get<int>(), m["steps"].get<int>(),
+                  m["decode_ms_per_token"].get<double>(), m["gap_us_p50"].get<double>(),
+                  m["gap_us_p90"].get<double>(), m["gap_us_max"].get<double>(), m["gap_us_mean"].get<double>(),
+                  m["gaps_over_5us"].get<int>(), m["gaps"].get<int>(), m["host_waits"].get<long long>(),
+                  m["drained_waits"].get<long long>());
+    return;
+  }
   if (r.contains("top1_agreement")) {
     std::printf("fp8 top-1 agreement  %s on the device (%s): %.2f%% of %d teacher-forced positions agree with the "
                 "weights as stored; the next token of the text is the top-1 at %.2f%% (stored) and %.2f%% (fp8)\n",
@@ -449,6 +561,13 @@ void print_report(const nlohmann::json& r) {
                 op["us_per_step"].get<double>(), op["bytes_per_step"].get<double>() / 1e6, op["gb_per_s"].get<double>());
   std::printf("  %-30s %9.1f us/step (whole step %.1f us)\n", "sum", r["ops_sum_us"].get<double>(),
               r["decode_ms_per_token"].get<double>() * 1e3);
+  const auto& verify = r["verify_steps"];
+  std::printf("verify(k): a greedy verify step of 1 + k tokens at context %d (%d replays each), against the plain "
+              "step's %.1f us:\n",
+              r["context"].get<int>(), verify["reps"].get<int>(), verify["plain_ms"].get<double>() * 1e3);
+  for (const auto& v : verify["steps"])
+    std::printf("  k = %2d  %8.1f us  %5.2fx plain\n", v["k"].get<int>(), v["ms"].get<double>() * 1e3,
+                v["vs_plain"].get<double>());
   if (!r["prefill_ops"].empty()) std::printf("prefill of %d tokens by op kind (alone):\n", r["prefill_tokens"].get<int>());
   for (const auto& op : r["prefill_ops"])
     std::printf("  %-34s %8.2f ms%s\n", op["op"].get<std::string>().c_str(), op["ms"].get<double>(),

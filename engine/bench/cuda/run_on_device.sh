@@ -12,7 +12,7 @@
 #   cp -r /usr/share/cmake/nlohmann_json .devdeps/share/cmake/ && cp -r /usr/lib/cmake/doctest .devdeps/lib/cmake/
 #   sed -i 's|set(_IMPORT_PREFIX "/usr")|get_filename_component(_IMPORT_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)|' \
 #     .devdeps/lib/cmake/doctest/doctestTargets.cmake
-# Switches: SHAPES, FP8, PER_OP_COMPARE, DEMO, NCU, SKIP_SANITIZER, ALL_TESTS, GOLDENS, BASE (see below).
+# Switches: SHAPES, FP8, PER_OP_COMPARE, DEMO, DEMO_MAX_DRAFT, TIMELINE, NCU, SKIP_SANITIZER, ALL_TESTS, GOLDENS, BASE (see below).
 # GOLDENS=1 first writes the transformers goldens of the newer architectures (qwen3, llama3) into
 # test/fixtures/models/ with test/fixtures/make_fixtures.py --only (they come back in $OUT/fixtures/).
 # BASE=<commit> (e.g. BASE=HEAD~3) also builds that commit (git worktree, or BASE_SRC below, in $BUILD-base)
@@ -130,16 +130,33 @@ fi
 # model's tokenizer), greedy, each speculation mode; with BASE, the base engine alongside.
 if [ "${DEMO:-1}" = 1 ]; then
   PROMPT=$(cat engine/bench/cuda/code_prompt.ids)
+  # DEMO_MAX_DRAFT="8 16": each speculating mode at each --max-draft too (the base engine may lack the flag).
   for model in engine/models/runahead-coder random:qwen2.5-coder-0.5b random:qwen2.5-coder-1.5b; do
     for spec in off lookup auto; do
-      for side in this base; do
-        bin=$ENGINE; [ $side = base ] && bin=$BUILD-base/runahead-engine
-        [ -x "$bin" ] || continue
-        timeout 120 "$bin" demo --model "$model" --prompt-ids "$PROMPT" --tokens 256 --speculation $spec > "$OUT/demo.txt" 2>&1
-        log "demo $side $model speculation $spec: exit $? -- $(grep -E '^  "(tokens|steps|decode_ms_per_token|ttft_ms)"' "$OUT/demo.txt" | tr -d ' \n')"
-        { echo "== $side $model $spec"; tac "$OUT/demo.txt" | sed '/^{$/q' | tac | tr -d ' \n'; echo; } >> "$OUT/demo-stats.txt"
+      for md in ${DEMO_MAX_DRAFT:-default}; do
+        [ $spec = off ] && [ "$md" != "${DEMO_MAX_DRAFT%% *}" ] && [ "$md" != default ] && continue
+        flag=(); [ "$md" != default ] && [ $spec != off ] && flag=(--max-draft "$md")
+        for side in this base; do
+          bin=$ENGINE; [ $side = base ] && bin=$BUILD-base/runahead-engine
+          [ -x "$bin" ] || continue
+          [ $side = base ] && [ ${#flag[@]} -gt 0 ] && continue
+          timeout 120 "$bin" demo --model "$model" --prompt-ids "$PROMPT" --tokens 256 --speculation $spec "${flag[@]}" > "$OUT/demo.txt" 2>&1
+          log "demo $side $model speculation $spec ${flag[*]}: exit $? -- $(grep -E '^  "(tokens|steps|decode_ms_per_token|ttft_ms)"' "$OUT/demo.txt" | tr -d ' \n')"
+          { echo "== $side $model $spec ${flag[*]}"; tac "$OUT/demo.txt" | sed '/^{$/q' | tac | tr -d ' \n'; echo; } >> "$OUT/demo-stats.txt"
+        done
       done
     done
+  done
+fi
+
+# The step loop's timeline: the device's idle time between consecutive steps of the engine's own
+# loop (events around each step), with each speculation mode, on the same prompt as the demos.
+if [ "${TIMELINE:-1}" = 1 ]; then
+  for model in engine/models/runahead-coder random:qwen2.5-coder-0.5b; do
+    timeout 120 "$ENGINE" bench --backend cuda --model "$model" --timeline engine/bench/cuda/code_prompt.ids \
+      --tokens 256 > "$OUT/timeline.txt" 2>&1
+    log "timeline $model: exit $?"
+    cat "$OUT/timeline.txt" | tee -a "$OUT/summary.txt"
   done
 fi
 

@@ -64,6 +64,19 @@ class CpuBackend final : public Backend {
               {"gqa_shared_kv_reads", c_.num_heads != c_.num_kv_heads}}}};
   }
 
+  std::vector<OptimizationCheck> self_check() const override {
+    const std::string simd = kernels_.simd;
+    std::vector<OptimizationCheck> checks = {
+        {"simd", simd != "portable",
+         simd == "portable" ? "this CPU has neither AVX2 nor AVX-512: the portable kernels run" : simd + " kernels"}};
+    if (has_quantized_matrix(*w_)) {
+      const std::string q = quant_kernels_.simd;
+      checks.push_back({"quantized_kernels", true,
+                        weight_formats(*w_) + " matrices read as stored by the " + q + " block kernels"});
+    }
+    return checks;
+  }
+
   void truncate(int n) override {
     if (n < 0 || n > cache_.len()) {
       throw EngineError("bad_request",

@@ -153,6 +153,14 @@ template <class F> void with_weight_type(DType dtype, F&& f) {
 // The element type with_weight_type passed, as a type.
 template <class P> using WeightOf = std::remove_cv_t<std::remove_pointer_t<P>>;
 
+// pick(NT) for the token count NT a matrix-vector kernel is built for that serves n tokens:
+// 1, kMidVecTokens or kMaxVecTokens (NT arrives as a std::integral_constant).
+template <class Pick> auto for_vec_tokens(int n, Pick&& pick) {
+  if (n == 1) return pick(std::integral_constant<int, 1>{});
+  if (n <= kMidVecTokens) return pick(std::integral_constant<int, kMidVecTokens>{});
+  return pick(std::integral_constant<int, kMaxVecTokens>{});
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -1,5 +1,5 @@
 // The CUDA backend: weights uploaded once, an f32 KV cache, and a forward that is either
-// the matrix-vector path (up to 8 tokens per pass over the weights, replayed as a CUDA
+// the matrix-vector path (up to 17 tokens per pass over the weights, replayed as a CUDA
 // graph) or, for long bf16 prompts, the tensor-core prefill path.
 #include "cuda/cuda_backend.h"
 
@@ -113,6 +113,12 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                     ? options.context_length
                     : std::min(c_.max_position_embeddings > 0 ? c_.max_position_embeddings : 4096, 4096);
     prefill_rows_ = std::min(kPrefillChunk, capacity_);
+    const auto required = [&](const char* name) {
+      return std::find(options.require.begin(), options.require.end(), name) != options.require.end();
+    };
+    const char* run_ahead = std::getenv("RUNAHEAD_CUDA_RUN_AHEAD");
+    run_ahead_ = required("run_ahead") || (run_ahead && std::string(run_ahead) == "1");
+    force_persistent_ = required("persistent_step");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     for (cudaEvent_t& e : events_) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     upload_weights();
@@ -120,12 +126,14 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     choose_decode_step();
     warm_up();
     check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (load)");
+    checks_ = check_at_load();
   }
 
   ~CudaBackendImpl() override {
     cudaStreamSynchronize(stream_);
     graphs_.clear();
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    for (cudaEvent_t e : timeline_) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
   }
 
@@ -162,6 +170,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"tensor_core_prefill_min_tokens", kTensorCoreMinTokens},
               {"prefill_warmed_at_load", warmed_}}}};
   }
+
+  std::vector<OptimizationCheck> self_check() const override { return checks_; }
+  HostWaits host_waits() const override { return waits_; }
 
   void truncate(int n) override {
     if (n < 0 || n > kv_len_)
@@ -211,7 +222,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
       }
       done += chunk;
     }
-    check_cuda(cudaStreamSynchronize(stream_), "forward");
+    wait_stream("forward");
     kv_len_ += n;
     logits.assign(host_logits_.host<float>(), host_logits_.host<float>() + size_t(n_out) * V);
     hidden_.assign(host_hidden_.host<float>(), host_hidden_.host<float>() + size_t(n_out) * H);
@@ -224,31 +235,31 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                         "tokens", "ids in [0, " + std::to_string(c_.vocab_size) + ")");
     max_tokens = std::min(max_tokens, capacity_ - kv_len_);
     if (max_tokens <= 0) return 0;
-    check_cuda(cudaStreamSynchronize(stream_), "decode");  // the copies below are not stream-ordered
+    wait_stream("decode");  // the copies below are not stream-ordered
     const StepMode mode = sampling.greedy() ? StepMode::Greedy : StepMode::Sample;
     if (mode == StepMode::Sample) {
       SamplingState s{sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed, 0};
-      check_cuda(cudaMemcpy(sampling_d_.get(), &s, sizeof(s), cudaMemcpyHostToDevice), "cudaMemcpy (sampling)");
+      copy_blocking(sampling_d_.get(), &s, sizeof(s), "cudaMemcpy (sampling)");
     }
-    check_cuda(cudaMemcpy(tokens_d_.get(), &first, sizeof(first), cudaMemcpyHostToDevice), "cudaMemcpy (token)");
+    copy_blocking(tokens_d_.get(), &first, sizeof(first), "cudaMemcpy (token)");
     const cudaGraphExec_t step = graph_for(mode, 1, 1);
     const int start = kv_len_;
     volatile int32_t* produced = host_tokens_.host<int32_t>();  // [p + 1]: the token after position p
     int launched = 0, emitted = 0;
     auto launch = [&] {
-      launch_graph(step);
+      launch_step(step);
       check_cuda(cudaEventRecord(events_[launched % 2], stream_), "cudaEventRecord");
       ++launched;
     };
     launch();
     while (emitted < launched) {
       if (launched < max_tokens) launch();  // the next step is queued before this one is read
-      check_cuda(cudaEventSynchronize(events_[emitted % 2]), "decode step");
+      wait_event(events_[emitted % 2], launched == emitted + 1, "decode step");
       const int32_t token = produced[start + emitted + 1];
       ++emitted;
       if (!on_token(token)) break;
     }
-    check_cuda(cudaStreamSynchronize(stream_), "decode");
+    wait_stream("decode");
     kv_len_ = start + launched;
     set_position(start + emitted);
     return emitted;
@@ -271,8 +282,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     check(std::span<const int32_t>(in, size_t(n)), n);
     check_cuda(cudaMemcpyAsync(tokens_d_.get(), in, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
                "cudaMemcpyAsync (tokens)");
-    launch_graph(graph_for(StepMode::Verify, n, n));
-    check_cuda(cudaStreamSynchronize(stream_), "verify_greedy");
+    launch_step(graph_for(StepMode::Verify, n, n));
+    wait_stream("verify_greedy");
     const volatile int32_t* verdict = verdict_.host<int32_t>();
     const GreedyVerdict v{verdict[0], verdict[1]};
     kv_len_ += 1 + v.accepted;
@@ -290,8 +301,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   void begin_greedy_run(int32_t first) override {
     check(std::span<const int32_t>(&first, 1), 1);
-    check_cuda(cudaStreamSynchronize(stream_), "begin_greedy_run");
-    check_cuda(cudaMemcpy(tokens_d_.get(), &first, sizeof(first), cudaMemcpyHostToDevice), "cudaMemcpy (token)");
+    wait_stream("begin_greedy_run");
+    copy_blocking(tokens_d_.get(), &first, sizeof(first), "cudaMemcpy (token)");
     run_head_ = run_queued_ = 0;
   }
 
@@ -317,7 +328,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
       check_cuda(cudaMemcpyAsync(tokens_d_.get<int32_t>() + 1, staging, draft.size() * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, stream_),
                  "cudaMemcpyAsync (draft)");
-    launch_graph(graph_for(StepMode::Verify, n, n, slot));
+    launch_step(graph_for(StepMode::Verify, n, n, slot));
     check_cuda(cudaEventRecord(events_[slot], stream_), "cudaEventRecord");
     run_width_[slot] = n;
     ++run_queued_;
@@ -326,7 +337,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   GreedyVerdict next_verdict() override {
     if (run_queued_ == 0) throw EngineError("bad_request", "cuda backend: no greedy step queued");
     const int slot = run_head_;
-    check_cuda(cudaEventSynchronize(events_[slot]), "greedy step");
+    wait_event(events_[slot], run_queued_ == 1, "greedy step");
     const volatile int32_t* verdict = verdict_.host<int32_t>() + 2 * slot;
     const GreedyVerdict v{verdict[0], verdict[1]};
     kv_len_ += 1 + v.accepted;
@@ -342,6 +353,24 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   StepParts& step_parts() override { return *this; }
 
+  void record_timeline(bool on) override {
+    wait_stream("record_timeline");
+    timeline_on_ = on;
+    timeline_used_ = 0;
+  }
+
+  std::vector<double> step_gaps_us() override {
+    wait_stream("step_gaps_us");
+    std::vector<double> gaps;
+    for (int i = 1; i < timeline_used_; ++i) {
+      float ms = 0;  // from the end of step i - 1 to the moment step i was queued behind it
+      check_cuda(cudaEventElapsedTime(&ms, timeline_[2 * (i - 1) + 1], timeline_[2 * i]), "cudaEventElapsedTime");
+      gaps.push_back(std::max(0.0, double(ms) * 1e3));
+    }
+    timeline_used_ = 0;
+    return gaps;
+  }
+
   // --- StepParts: the step's parts one at a time, for the bench's profiler ---------------
 
   const ModelWeights& weights() const override { return *w_; }
@@ -349,6 +378,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DType head_dtype() const override { return head_dtype_; }
   cudaStream_t stream() const override { return stream_; }
   cudaGraphExec_t greedy_step_graph() override { return graph_for(StepMode::Greedy, 1, 1); }
+  cudaGraphExec_t verify_step_graph(int n) override { return graph_for(StepMode::Verify, n, n); }
   const DecodeStepPlan& persistent_plan() const override { return step_plan_; }
 
  private:
@@ -554,7 +584,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const char* env = std::getenv("RUNAHEAD_CUDA_PERSISTENT");
     const int steps = std::min(kChoiceSteps, capacity_ - 2);
     if (!step_plan_.refused.empty() || steps < 1) return;
-    if (env && std::string(env) == "1") {
+    if (force_persistent_ || (env && std::string(env) == "1")) {
       persistent_ = true;
       return;
     }
@@ -636,9 +666,27 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   }
 
   void set_position(int n) override {
-    check_cuda(cudaStreamSynchronize(stream_), "set_position");
-    check_cuda(cudaMemcpy(pos_d_.get(), &n, sizeof(n), cudaMemcpyHostToDevice), "cudaMemcpy (position)");
+    wait_stream("set_position");
+    copy_blocking(pos_d_.get(), &n, sizeof(n), "cudaMemcpy (position)");
     kv_len_ = n;
+  }
+
+  // Every blocking wait of the host on the device goes through these three (host_waits()).
+  // A stream synchronisation leaves the device with nothing queued.
+  void wait_stream(const char* what) {
+    ++waits_.all, ++waits_.drained;
+    check_cuda(cudaStreamSynchronize(stream_), what);
+  }
+  // `drained`: nothing is queued behind the event.
+  void wait_event(cudaEvent_t e, bool drained, const char* what) {
+    ++waits_.all, waits_.drained += drained;
+    check_cuda(cudaEventSynchronize(e), what);
+  }
+  // A copy from pageable host memory on the legacy stream: the host waits for it, though the
+  // backend's own stream may still have work queued.
+  void copy_blocking(void* device, const void* host, size_t bytes, const char* what) {
+    ++waits_.all;
+    check_cuda(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), what);
   }
 
   // --- the ops of one step, in order -------------------------------------------------
@@ -836,6 +884,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     }
     cudaGraph_t graph = nullptr;
     check_cuda(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    last_shape_ = shape_of(graph);
     cudaGraphExec_t exec = nullptr;
     const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
@@ -848,13 +897,99 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const int key = (slot << 20) | (int(mode) << 16) | (n << 8) | n_out;
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
-      check_cuda(cudaStreamSynchronize(stream_), "graph capture");  // a queued step may still run on the stream
+      wait_stream("graph capture");  // a queued step may still run on the stream
       it = graphs_.emplace(key, capture([&] { enqueue_vec_step(mode, n, n_out, slot); })).first;
+      shapes_[key] = last_shape_;
     }
     return it->second.get();
   }
 
   void launch_graph(cudaGraphExec_t g) override { check_cuda(cudaGraphLaunch(g, stream_), "cudaGraphLaunch"); }
+
+  // A step of the decode loop: with the timeline on, between a timing event that completes when
+  // the stream reaches it (once the step before has ended and this one is queued) and one at its end.
+  void launch_step(cudaGraphExec_t g) {
+    if (!timeline_on_) return launch_graph(g);
+    while (int(timeline_.size()) < 2 * (timeline_used_ + 1)) {
+      cudaEvent_t e = nullptr;
+      check_cuda(cudaEventCreate(&e), "cudaEventCreate");
+      timeline_.push_back(e);
+    }
+    check_cuda(cudaEventRecord(timeline_[2 * timeline_used_], stream_), "cudaEventRecord");
+    launch_graph(g);
+    check_cuda(cudaEventRecord(timeline_[2 * timeline_used_ + 1], stream_), "cudaEventRecord");
+    ++timeline_used_;
+  }
+
+  // What a captured graph holds: its kernel nodes, and the edges between kernels, of which
+  // `programmatic` let the next kernel start before its predecessor ends (PDL).
+  struct GraphShape {
+    int kernels = 0, kernel_edges = 0, programmatic = 0;
+  };
+  static GraphShape shape_of(cudaGraph_t graph) {
+    GraphShape shape;
+    size_t count = 0;
+    check_cuda(cudaGraphGetNodes(graph, nullptr, &count), "cudaGraphGetNodes");
+    std::vector<cudaGraphNode_t> nodes(count);
+    check_cuda(cudaGraphGetNodes(graph, nodes.data(), &count), "cudaGraphGetNodes");
+    const auto is_kernel = [](cudaGraphNode_t node) {
+      cudaGraphNodeType type{};
+      check_cuda(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType");
+      return type == cudaGraphNodeTypeKernel;
+    };
+    for (cudaGraphNode_t node : nodes) shape.kernels += is_kernel(node);
+    size_t edges = 0;
+    check_cuda(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges), "cudaGraphGetEdges");
+    std::vector<cudaGraphNode_t> from(edges), to(edges);
+    std::vector<cudaGraphEdgeData> data(edges);
+    check_cuda(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges), "cudaGraphGetEdges");
+    for (size_t e = 0; e < edges; ++e) {
+      if (!is_kernel(from[e]) || !is_kernel(to[e])) continue;
+      ++shape.kernel_edges;
+      shape.programmatic += data[e].type == cudaGraphDependencyTypeProgrammatic;
+    }
+    return shape;
+  }
+
+  // The start-up self-check: each optimisation as the graphs the backend captured really hold it.
+  std::vector<OptimizationCheck> check_at_load() {
+    const int verify_key = (int(StepMode::Verify) << 16) | (2 << 8) | 2;
+    graph_for(StepMode::Verify, 2, 2);
+    graph_for(StepMode::Greedy, 1, 1);
+    const GraphShape step = shapes_.at((int(StepMode::Greedy) << 16) | (1 << 8) | 1);
+    const GraphShape verify = shapes_.at(verify_key);
+    std::vector<OptimizationCheck> checks;
+    checks.push_back({"step_graphs", step.kernels >= 1,
+                      "a decode step replays one CUDA graph of " + std::to_string(step.kernels) +
+                          " kernel(s); a 2-token verify step one of " + std::to_string(verify.kernels)});
+    checks.push_back({"persistent_step", persistent_ && step.kernels == 1, describe_decode_step()});
+    const std::string edges = std::to_string(verify.programmatic) + " of the " + std::to_string(verify.kernel_edges) +
+                              " kernel-to-kernel edges of a 2-token verify step's graph are programmatic";
+    checks.push_back({"pdl", pdl_enabled() && verify.programmatic > 0,
+                      pdl_enabled() ? edges : "RUNAHEAD_CUDA_PDL=0 (" + edges + ")"});
+    checks.push_back({"run_ahead", run_ahead_,
+                      run_ahead_ ? "greedy steps are queued one ahead of their verdicts"
+                                 : "off unless asked for (options.require or RUNAHEAD_CUDA_RUN_AHEAD=1): it measured "
+                                   "slower on the embedded model (engine/bench/cuda/NOTES.md)"});
+    checks.push_back({"device_greedy_verify", true,
+                      "verify steps of 1.." + std::to_string(kMaxVecTokens) +
+                          " tokens pick, compare and roll back on the device; two ints cross to the host"});
+    checks.push_back({"device_sampling", true, "sampled decode draws each token on the device; a sampled speculative "
+                                                "verify reads its rows on the host"});
+    checks.push_back({"fp8_weights", layer_dtype_ == DType::F8_E4M3,
+                      layer_dtype_ == DType::F8_E4M3 ? "every matrix but the embedding is F8_E4M3 on the device"
+                                                     : std::string("the matrices are ") + dtype_name(layer_dtype_) +
+                                                           " (options.weights \"fp8\" quantizes them)"});
+    checks.push_back({"fp8_lm_head", head_dtype_ == DType::F8_E4M3,
+                      head_dtype_ == DType::F8_E4M3 ? "lm_head is F8_E4M3 on the device"
+                                                    : std::string("lm_head is ") + dtype_name(head_dtype_) +
+                                                          " (options.lm_head \"fp8\" quantizes it)"});
+    checks.push_back({"tensor_core_prefill", prefill_on_tensor_cores(),
+                      prefill_on_tensor_cores() ? std::string("prompts of ") + std::to_string(kTensorCoreMinTokens) +
+                                                      "+ tokens run " + gemm_bf16_impl() + " GEMMs"
+                                                : std::string("no tensor-core path for ") + dtype_name(layer_dtype_)});
+    return checks;
+  }
 
   double time_graph(cudaGraphExec_t g, int reps) override {
     launch_graph(g);
@@ -896,10 +1031,15 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DecodeStepPlan step_plan_;
   bool persistent_ = false;
   int warmed_ = 0;  // tokens of the prefill run at load
-  const bool run_ahead_ = [] {
-    const char* env = std::getenv("RUNAHEAD_CUDA_RUN_AHEAD");
-    return env && std::string(env) == "1";
-  }();
+  bool run_ahead_ = false;          // RUNAHEAD_CUDA_RUN_AHEAD=1 or options.require "run_ahead"
+  bool force_persistent_ = false;   // options.require "persistent_step"
+  HostWaits waits_;
+  std::vector<cudaEvent_t> timeline_;  // record_timeline: [2 i] before step i, [2 i + 1] after it
+  bool timeline_on_ = false;
+  int timeline_used_ = 0;
+  GraphShape last_shape_;           // of the graph capture() made last
+  std::map<int, GraphShape> shapes_;  // by graph_for's key
+  std::vector<OptimizationCheck> checks_;
   double step_ms_[2] = {0, 0};  // a timed single-token step: [0] kernel per op, [1] persistent
   DecodeAttention attention_;
   PinnedBuffer host_tokens_, host_in_, host_logits_, host_hidden_, verdict_, run_staging_;

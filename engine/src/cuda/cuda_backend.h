@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "runtime/backend.h"
 #include "runtime/sampling.h"
@@ -31,6 +32,13 @@ class CudaBackend : public Backend {
 
   // Its step part by part, for the bench's profiler (engine/bench/backends/cuda_bench.cpp) and nothing else.
   virtual cuda::StepParts& step_parts() = 0;
+
+  // The timeline of the step loop, for the bench (off by default: it records two timing events
+  // around every step). step_gaps_us() gives, for each step after the first since the last call,
+  // the µs the device sat idle between the step before and it: from the end of the one to the
+  // moment the host had queued the other (0 when it was queued in time); then forgets them.
+  virtual void record_timeline(bool on) = 0;
+  virtual std::vector<double> step_gaps_us() = 0;
 };
 
 // Throws EngineError{"cuda_error"} when no device is usable, {"unsupported"} for a model

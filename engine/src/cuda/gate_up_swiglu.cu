@@ -45,7 +45,7 @@ void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const float* sca
   const size_t smem = n == 1 ? size_t(H) * sizeof(float) : 0;
   with_weight_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
-    auto kernel = n == 1 ? rmsnorm_gate_up_swiglu_kernel<W, 1> : rmsnorm_gate_up_swiglu_kernel<W, kMaxVecTokens>;
+    auto kernel = for_vec_tokens(n, [](auto nt) { return rmsnorm_gate_up_swiglu_kernel<W, decltype(nt)::value>; });
     const int split = gemv_split(I, H, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, I, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream,

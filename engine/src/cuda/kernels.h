@@ -17,8 +17,12 @@ namespace runahead::cuda {
 // measure what it gains.
 bool pdl_enabled();
 
-// The matrix-vector ops serve up to this many tokens per pass over the weights.
-constexpr int kMaxVecTokens = 8;
+// The matrix-vector ops serve up to this many tokens per pass over the weights: a verify step
+// of up to kMaxVecTokens - 1 = 16 drafted tokens. Each kernel is built for one token, for up
+// to kMidVecTokens and for up to kMaxVecTokens (a wider build costs the narrower steps
+// registers and activation loads they do not need).
+constexpr int kMidVecTokens = 8;
+constexpr int kMaxVecTokens = 17;
 
 // What the last kernel of a step does once its tokens are known: tokens[t] for t < n_out
 // go to out[t] and to host[*pos + 1 + t - (n_out - 1) ... ] (mapped host memory indexed by the

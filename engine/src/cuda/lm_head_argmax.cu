@@ -107,7 +107,7 @@ void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logit
                             cudaStream_t stream) {
   with_weight_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
-    auto kernel = n == 1 ? rmsnorm_lm_head_argmax_kernel<W, 1> : rmsnorm_lm_head_argmax_kernel<W, kMaxVecTokens>;
+    auto kernel = for_vec_tokens(n, [](auto nt) { return rmsnorm_lm_head_argmax_kernel<W, decltype(nt)::value>; });
     const size_t smem = n == 1 ? size_t(a.hidden) * sizeof(float) : 0;
     const int units = a.vocab / 2, split = gemv_split(units, a.hidden, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, units, kGemvWarps / split, sms);

@@ -151,9 +151,10 @@ void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int*
   const bool raw = a.q_norm != nullptr;
   with_weight_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
-    auto kernel = n == 1 ? (raw ? rmsnorm_qkv_rope_append_kernel<W, 1, true> : rmsnorm_qkv_rope_append_kernel<W, 1, false>)
-                         : (raw ? rmsnorm_qkv_rope_append_kernel<W, kMaxVecTokens, true>
-                                : rmsnorm_qkv_rope_append_kernel<W, kMaxVecTokens, false>);
+    auto kernel = for_vec_tokens(n, [raw](auto nt) {
+      constexpr int NT = decltype(nt)::value;
+      return raw ? rmsnorm_qkv_rope_append_kernel<W, NT, true> : rmsnorm_qkv_rope_append_kernel<W, NT, false>;
+    });
     const int split = gemv_split(units, a.hidden, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, units, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, a, x, n, pos, q_out, split);

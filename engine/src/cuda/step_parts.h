@@ -37,6 +37,9 @@ class StepParts {
   virtual void launch_graph(cudaGraphExec_t g) = 0;
   // The single-token greedy decode step the backend replays (each replay moves the position on).
   virtual cudaGraphExec_t greedy_step_graph() = 0;
+  // The greedy verify step of n tokens (the pending token, n - 1 drafted ones: whatever the
+  // token buffer holds): each replay keeps what matches and moves the position on by that.
+  virtual cudaGraphExec_t verify_step_graph(int n) = 0;
   // Waits for the stream, then puts the device position and kv_len() at n.
   virtual void set_position(int n) = 0;
 

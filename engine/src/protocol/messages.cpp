@@ -38,6 +38,7 @@ nlohmann::json hello_message() {
             {"lm_head", lm_head_options()},
             {"sampling", {"greedy", "temperature", "top_k", "top_p", "seed"}},
             {"speculation", speculation_modes()},
+            {"require", optimization_names()},
             {"max_line_bytes", kMaxLineBytes}}}};
 }
 

@@ -79,7 +79,7 @@ LoadRequest parse_load(const json& request) {
   as_object(*options, "options");
   only_known_keys(*options, "options",
                   {"backend", "threads", "context_length", "newline_tokens", "speculation", "max_draft", "draft_model",
-                   "adaptive_depth", "weights", "lm_head"},
+                   "adaptive_depth", "weights", "lm_head", "require", "fallback"},
                   "option");
   if (const json* v = optional_field(*options, "backend")) {
     load.options.backend = as_string(*v, "options.backend");
@@ -106,6 +106,28 @@ LoadRequest parse_load(const json& request) {
     if (std::find(known.begin(), known.end(), load.options.lm_head) == known.end())
       throw EngineError("bad_request", "options.lm_head: unknown value \"" + load.options.lm_head + "\"", {},
                         "options.lm_head", "\"auto\", \"bf16\" or \"fp8\" (CUDA)");
+  }
+  if (const json* v = optional_field(*options, "require")) {
+    if (!v->is_array())
+      throw EngineError("bad_request", "options.require: expected an array of optimisation names", {}, "options.require",
+                        "names from the report's checks");
+    const auto& known = optimization_names();
+    for (const json& name : *v) {
+      const std::string n = as_string(name, "options.require");
+      if (std::find(known.begin(), known.end(), n) == known.end()) {
+        std::string list;
+        for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+        throw EngineError("bad_request", "options.require: unknown optimisation \"" + n + "\"", {}, "options.require",
+                          list);
+      }
+      load.options.require.push_back(n);
+    }
+  }
+  if (const json* v = optional_field(*options, "fallback")) {
+    if (!v->is_boolean())
+      throw EngineError("bad_request", "options.fallback: expected true or false", {}, "options.fallback",
+                        "true or false");
+    load.options.fallback = v->get<bool>();
   }
   SpeculationOptions& speculation = load.options.speculation;
   if (const json* v = optional_field(*options, "speculation")) {

@@ -26,6 +26,24 @@ struct BackendOptions {
   // per row, quantized at load (model/fp8.h).
   bool fp8_matrices = false;
   bool fp8_lm_head = false;
+  // Optimisations the load requires (LoadOptions::require): one that is off unless asked for
+  // (the CUDA backend's run_ahead; persistent_step where timing would leave it off) turns on.
+  std::vector<std::string> require;
+};
+
+// One optimisation as the load found it (the start-up self-check): active or not, and why.
+struct OptimizationCheck {
+  std::string name;
+  bool active = false;
+  std::string why;
+};
+
+// The host's blocking waits on the device since the backend was made: all of them (stream or
+// event synchronisation, blocking copies), and those that left the device with nothing queued,
+// idle until the host queues more ("drained").
+struct HostWaits {
+  long long all = 0;
+  long long drained = 0;
 };
 
 // What a greedy verify kept: `accepted` drafted tokens, then the target's own `next`.
@@ -39,6 +57,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;                    // "cpu", "cuda"
   virtual nlohmann::json describe() const = 0;             // threads, simd, active optimisations
+  // Each optimisation this backend has, checked at load as it really runs (session.cpp adds the
+  // drafters' and judges what options.require asked for).
+  virtual std::vector<OptimizationCheck> self_check() const { return {}; }
+  virtual HostWaits host_waits() const { return {}; }
   virtual const ModelConfig& config() const = 0;
   virtual int context_length() const = 0;                  // KV capacity in positions
   virtual int kv_len() const = 0;                          // positions now in the KV cache

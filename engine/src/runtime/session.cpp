@@ -1,5 +1,6 @@
 #include "runtime/session.h"
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <iostream>
@@ -105,7 +106,55 @@ EngineError out_of_memory(const std::string& model, const LoadOptions& options, 
   return EngineError("model_error", model + ": " + problem, model, {}, "a model that fits in memory");
 }
 
+// The self-check of the report: the backend's own checks, then each drafter's, each with
+// `required` when options.require named it. A required one that is not active throws, or with
+// options.fallback becomes a warning.
+nlohmann::json check_optimizations(const Backend& backend, const nlohmann::json& speculation,
+                                   const LoadOptions& options, std::vector<std::string>& warnings) {
+  std::vector<OptimizationCheck> checks = backend.self_check();
+  const std::string mode = speculation.value("mode", "off");
+  for (const char* drafter : {"lookup", "mtp", "draft"}) {
+    OptimizationCheck c{drafter, false, ""};
+    for (const auto& d : speculation.value("drafters", nlohmann::json::array()))
+      if (d.value("name", "") == drafter) {
+        c.active = true;
+        c.why = d.contains("backend") ? "drafts on the " + d["backend"].get<std::string>() + " backend" : "drafts on the host";
+      }
+    if (!c.active) {
+      const auto inactive = speculation.value("inactive", nlohmann::json::object());
+      c.why = inactive.contains(drafter) ? inactive[drafter].get<std::string>()
+              : mode == "off"            ? "options.speculation is off"
+                                         : "options.speculation is " + mode;
+    }
+    checks.push_back(c);
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const OptimizationCheck& c : checks) {
+    const bool required = std::find(options.require.begin(), options.require.end(), c.name) != options.require.end();
+    out.push_back({{"name", c.name}, {"active", c.active}, {"why", c.why}, {"required", required}});
+  }
+  for (const std::string& name : options.require) {
+    const auto it = std::find_if(checks.begin(), checks.end(), [&](const OptimizationCheck& c) { return c.name == name; });
+    if (it != checks.end() && it->active) continue;
+    const std::string why = it != checks.end() ? it->why : "the " + backend.name() + " backend has no " + name;
+    if (it == checks.end()) out.push_back({{"name", name}, {"active", false}, {"why", why}, {"required", true}});
+    if (!options.fallback)
+      throw EngineError("bad_request", "options.require: " + name + " cannot be active: " + why, {}, "options.require",
+                        "optimisations this load can run (the report's checks), or options.fallback true");
+    warnings.push_back("options.require: " + name + " is not active: " + why);
+  }
+  return out;
+}
+
 }  // namespace
+
+const std::vector<std::string>& optimization_names() {
+  static const std::vector<std::string> names = {
+      "simd",        "quantized_kernels", "step_graphs", "persistent_step", "pdl",
+      "run_ahead",   "device_greedy_verify", "device_sampling", "fp8_weights", "fp8_lm_head",
+      "tensor_core_prefill", "lookup", "mtp", "draft"};
+  return names;
+}
 
 const std::vector<std::string>& weight_options() {
   static const std::vector<std::string> options = {"auto", "q8_0", "fp8"};
@@ -170,7 +219,8 @@ std::unique_ptr<Session> Session::open_checked(const std::string& model, const L
   std::vector<std::string> warnings;
   context = context_for(config, options.context_length, warnings);
   if (backend == "cpu") check_kv_fits(config, context);
-  const BackendOptions backend_options{threads_for(options.threads, warnings), context, fp8_matrices, fp8_lm_head};
+  const BackendOptions backend_options{threads_for(options.threads, warnings), context, fp8_matrices, fp8_lm_head,
+                                       options.require};
   if (backend == "cuda" && has_quantized_matrix(*session->weights_))
     warnings.push_back("the CUDA backend has no quantized kernels yet: the " + weight_formats(*session->weights_) +
                        " weights run widened to bf16 on the GPU (the CPU backend runs them as stored)");
@@ -188,6 +238,7 @@ std::unique_ptr<Session> Session::open_checked(const std::string& model, const L
   nlohmann::json optimizations = described.is_object() ? described.value("optimizations", nlohmann::json::object())
                                                        : nlohmann::json::object();
   optimizations["prefix_reuse"] = true;
+  const nlohmann::json checks = check_optimizations(*session->backend_, speculation, options, warnings);
   const ModelWeights& w = *session->weights_;
   for (const std::string& warning : warnings) std::cerr << "runahead-engine: warning: " << warning << "\n";
   session->report_ = {
@@ -204,6 +255,7 @@ std::unique_ptr<Session> Session::open_checked(const std::string& model, const L
       {"layers", config.num_layers},
       {"newline_tokens", newline_ids.size()},
       {"optimizations", optimizations},
+      {"checks", checks},
       {"speculation", speculation},
       {"warnings", warnings},
   };

@@ -28,7 +28,15 @@ struct LoadOptions {
   // lm_head_options(): "auto" (fp8 with weights "fp8", else as the weights) | "bf16" (as the
   // weights: not quantized) | "fp8" (CUDA only).
   std::string lm_head = "auto";
+  // optimization_names(): each must be active after the load (the self-check in the report's
+  // `checks`); one that is not is a bad_request naming it, or with `fallback` a warning (the
+  // server then shows degraded). Asking for an optimisation that is off by default turns it on.
+  std::vector<std::string> require;
+  bool fallback = false;
 };
+
+// The optimisations options.require may name.
+const std::vector<std::string>& optimization_names();
 
 // The values of options.weights and options.lm_head.
 const std::vector<std::string>& weight_options();

@@ -136,7 +136,7 @@ void rope(double* v, int heads, int hd, int p, const std::vector<float>& inv_fre
 void add_qkv_cases(Context& ctx, std::vector<Case>& cases) {
   std::mt19937 rng(5);
   for (const AttnShape s : {AttnShape{4, 4, 64, 136}, AttnShape{8, 2, 128, 256}, AttnShape{6, 3, 64, 200}})
-    for (int n : {1, 5, 70})
+    for (int n : {1, 5, 13, 70})
       for (const bool bias : {false, true})
         for (const bool qk_norm : {false, true}) {
           if (bias && qk_norm) continue;
@@ -265,7 +265,7 @@ void add_attention_cases(Context& ctx, std::vector<Case>& cases) {
 void add_matmul_cases(Context& ctx, std::vector<Case>& cases) {
   std::mt19937 rng(9);
   for (const auto [rows, K] : {std::pair{64, 136}, std::pair{200, 72}, std::pair{136, 1000}, std::pair{136, 256}})
-    for (int n : {1, 5, 70}) {
+    for (int n : {1, 5, 13, 70}) {
       auto w = std::make_shared<Weight>(random_weight({rows, K}, 0, 0.1f, rng));
       auto in = std::make_shared<std::vector<float>>(random_floats(size_t(n) * K, 1.0f, rng));
       auto x = std::make_shared<std::vector<float>>(random_floats(size_t(n) * rows, 1.0f, rng));
@@ -294,7 +294,7 @@ void add_matmul_cases(Context& ctx, std::vector<Case>& cases) {
 void add_mlp_cases(Context& ctx, std::vector<Case>& cases) {
   std::mt19937 rng(11);
   for (const auto [H, I] : {std::pair{64, 136}, std::pair{200, 344}, std::pair{256, 344}})
-    for (int n : {1, 5, 70}) {
+    for (int n : {1, 5, 13, 70}) {
       auto layer = std::make_shared<LayerWeights>();
       auto keep = std::make_shared<std::vector<Weight>>();
       keep->reserve(3);
@@ -332,7 +332,7 @@ void add_mlp_cases(Context& ctx, std::vector<Case>& cases) {
 void add_step_end_cases(Context& ctx, std::vector<Case>& cases) {
   std::mt19937 rng(13);
   for (const auto [V, H] : {std::pair{98, 64}, std::pair{1002, 200}})
-    for (int n : {1, 5}) {
+    for (int n : {1, 5, 13}) {
       auto embed = std::make_shared<Weight>(random_weight({V, H}, 0, 1.0f, rng));
       auto norm = std::make_shared<Weight>(random_weight({H}, 1.0f, 0.2f, rng));
       auto tokens = std::make_shared<std::vector<int32_t>>();

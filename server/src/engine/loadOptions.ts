@@ -45,3 +45,13 @@ export function withoutWeightOptions(options: LoadOptions): LoadOptions {
   const { weights: _weights, lm_head: _lmHead, ...rest } = options;
   return rest;
 }
+
+/**
+ * The self-check part of `load`'s options: the optimisations runahead.requireOptimizations
+ * lists, with fallback, so one the engine cannot make active is a warning in the report (the
+ * status shows degraded) rather than a model that does not load.
+ */
+export function requireOptions(settings: Settings): LoadOptions {
+  const names = settings.requireOptimizations.filter((n): n is string => typeof n === 'string' && n.length > 0);
+  return names.length > 0 ? { require: names, fallback: true } : {};
+}

@@ -49,6 +49,8 @@ export interface LoadReport {
   context_length?: number;
   vocab_size?: number;
   optimizations?: Record<string, unknown>;
+  /** The start-up self-check: every optimisation and drafter, active or not, and why. */
+  checks?: { name: string; active: boolean; why: string; required?: boolean }[];
   warnings?: string[];
   [key: string]: unknown;
 }

@@ -8,7 +8,7 @@ import { withTimeout, TimeoutError } from '../deadline';
 import { locateEngine, locateModel, pathProblem } from './locate';
 import { EngineError, EngineGoneError, PROTOCOL_VERSION, type LoadOptions, type LoadReport } from './protocol';
 import { engineKey, type Settings } from '../settings';
-import { draftModelFor, speculationOptions, weightOptions, withoutWeightOptions } from './loadOptions';
+import { draftModelFor, requireOptions, speculationOptions, weightOptions, withoutWeightOptions } from './loadOptions';
 
 export type EngineState = 'stopped' | 'starting' | 'loading' | 'ready' | 'degraded' | 'restarting' | 'error';
 
@@ -23,6 +23,8 @@ export interface EngineStatus {
   model?: string;
   backend?: string;
   optimizations?: Record<string, unknown>;
+  /** The engine's start-up self-check (engine/PROTOCOL.md `checks`): each optimisation and drafter, active or not, and why. */
+  checks?: OptimizationCheck[];
   warnings: string[];
   restarts: number;
   /** The engine's process id while one runs. */
@@ -31,6 +33,13 @@ export interface EngineStatus {
   lastRestart?: { reason: string; at: string };
   /** While restarting: when the next start is due (ISO time). */
   retryAt?: string;
+}
+
+export interface OptimizationCheck {
+  name: string;
+  active: boolean;
+  why: string;
+  required?: boolean;
 }
 
 /** The status before anything started. */
@@ -240,7 +249,7 @@ export class EngineSupervisor extends EventEmitter {
       const warnings: string[] = [];
       const draft = draftModelFor(settings, model.path);
       // RUNAHEAD_THREADS overrides the engine's choice (one per physical core), for benchmarks on a shared machine.
-      const base: LoadOptions = { backend: settings.backend, threads: Number(process.env.RUNAHEAD_THREADS ?? 0) || 0, context_length: 0 };
+      const base: LoadOptions = { backend: settings.backend, threads: Number(process.env.RUNAHEAD_THREADS ?? 0) || 0, context_length: 0, ...requireOptions(settings) };
       const spec = speculationOptions(settings, draft, hello.capabilities.speculation ?? [], warnings);
       const onProgress = (p: { stage: string; done: number; total: number }) => {
         if (!current()) return;
@@ -287,6 +296,7 @@ export class EngineSupervisor extends EventEmitter {
         progress: undefined,
         backend: report.backend,
         optimizations: report.optimizations,
+        checks: report.checks,
         warnings,
       });
       this.schedulePing(epoch, conn);

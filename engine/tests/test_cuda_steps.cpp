@@ -1,0 +1,122 @@
+// The CUDA backend's step loop as the engine runs it (Session, Generator, Speculator): what
+// the start-up self-check finds, and how often the host waits for the device per step.
+#ifdef RUNAHEAD_CUDA
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <string>
+
+#include "code_prompts.h"
+#include "cuda_test_util.h"
+#include "runtime/session.h"
+
+using namespace runahead;
+using namespace runahead::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kEmbedded = fs::path(RUNAHEAD_FIXTURES) / ".." / ".." / "engine" / "models" / "runahead-coder";
+
+const nlohmann::json& check_named(const Session& s, const std::string& name) {
+  for (const auto& c : s.report()["checks"])
+    if (c["name"] == name) return c;
+  FAIL("no check named " << name);
+  static const nlohmann::json none;
+  return none;
+}
+
+std::unique_ptr<Session> open_cuda(const std::string& speculation, std::vector<std::string> require = {}) {
+  LoadOptions o;
+  o.backend = "cuda";
+  o.speculation.mode = speculation;
+  o.require = std::move(require);
+  return Session::open(kEmbedded.string(), o);
+}
+
+// A prompt whose continuation repeats what came before (real code, twice), so lookup drafts.
+std::vector<int32_t> repeating_prompt() {
+  std::vector<int32_t> p;
+  for (int round = 0; round < 2; ++round)
+    for (const auto& code : test::code_prompts()) p.insert(p.end(), code.begin(), code.end());
+  return p;
+}
+
+struct Waited {
+  HostWaits waits;
+  GenerateStats stats;
+};
+
+Waited generate(Session& s, int max_tokens) {
+  GenerateRequest r;
+  r.prompt = repeating_prompt();
+  r.max_tokens = max_tokens;
+  const std::atomic<bool> cancel{false};
+  const HostWaits before = s.backend().host_waits();
+  const GenerateResult result = s.generator().generate(r, [](auto, auto) {}, cancel);
+  const HostWaits after = s.backend().host_waits();
+  return {{after.all - before.all, after.drained - before.drained}, result.stats};
+}
+
+}  // namespace
+
+TEST_CASE("cuda steps: the self-check finds the step graphs, PDL edges, the persistent step and device verify") {
+  if (!have_device()) return;
+  const auto s = open_cuda("auto");
+  for (const char* name : {"step_graphs", "pdl", "device_greedy_verify", "device_sampling", "lookup", "draft"}) {
+    CAPTURE(name);
+    CHECK(check_named(*s, name)["active"] == true);
+  }
+  MESSAGE("pdl: " << check_named(*s, "pdl")["why"].get<std::string>());
+  MESSAGE("persistent_step: " << check_named(*s, "persistent_step")["why"].get<std::string>());
+  MESSAGE("mtp: " << check_named(*s, "mtp")["why"].get<std::string>());
+  CHECK(check_named(*s, "pdl")["why"].get<std::string>().find("programmatic") != std::string::npos);
+  // Off unless asked for; asked for, on.
+  CHECK(check_named(*s, "run_ahead")["active"] == false);
+  CHECK(check_named(*s, "fp8_lm_head")["active"] == false);
+  const auto asked = open_cuda("off", {"run_ahead", "persistent_step", "pdl", "step_graphs"});
+  CHECK(check_named(*asked, "run_ahead")["active"] == true);
+  CHECK(check_named(*asked, "persistent_step")["active"] == true);
+  CHECK(asked->report()["warnings"].empty());
+  // The MTP head does not run on CUDA: required, the load says so by name.
+  LoadOptions o;
+  o.backend = "cuda";
+  o.speculation.mode = "auto";
+  o.require = {"mtp"};
+  try {
+    Session::open(kEmbedded.string(), o);
+    FAIL("an MTP head required on CUDA loaded");
+  } catch (const EngineError& e) {
+    CHECK(e.code == "bad_request");
+    CHECK(std::string(e.what()).find("options.require: mtp cannot be active") == 0);
+  }
+}
+
+TEST_CASE("cuda steps: a plain decode step never leaves the device idle waiting for the host; a speculative step at most once") {
+  if (!have_device()) return;
+  const int tokens = 200;
+  {
+    const auto s = open_cuda("off");
+    generate(*s, 8);  // graphs captured, the cache warm
+    const Waited w = generate(*s, tokens);
+    MESSAGE("speculation off: " << w.stats.steps << " steps, " << w.waits.all << " waits, " << w.waits.drained
+                                << " with the device drained");
+    REQUIRE(w.stats.steps >= tokens - 1);
+    // Each step is read while the next one runs; the prefill and the loop's start and end drain.
+    CHECK(w.waits.drained <= 6);
+  }
+  {
+    const auto s = open_cuda("lookup");
+    generate(*s, 8);
+    const Waited w = generate(*s, tokens);
+    MESSAGE("speculation lookup: " << w.stats.steps << " steps (" << w.stats.accepted_per_step
+                                   << " tokens a step), " << w.waits.all << " waits, " << w.waits.drained
+                                   << " with the device drained");
+    REQUIRE(w.stats.steps > 0);
+    CHECK(w.stats.accepted_per_step > 1.5);
+    // Each verdict is read before the next draft is chosen: one drained wait per step, no more.
+    CHECK(w.waits.drained <= w.stats.steps + 6);
+  }
+}
+#endif
