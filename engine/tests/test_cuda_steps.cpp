@@ -78,7 +78,7 @@ TEST_CASE("cuda steps: the self-check finds the step graphs, PDL edges, the pers
   const auto asked = open_cuda("off", {"run_ahead", "persistent_step", "pdl", "step_graphs"});
   CHECK(check_named(*asked, "run_ahead")["active"] == true);
   CHECK(check_named(*asked, "persistent_step")["active"] == true);
-  CHECK(asked->report()["warnings"].empty());
+  for (const auto& w : asked->report()["warnings"]) CHECK(w.get<std::string>().rfind("options.require", 0) != 0);
   // The MTP head does not run on CUDA: required, the load says so by name.
   LoadOptions o;
   o.backend = "cuda";
@@ -96,15 +96,20 @@ TEST_CASE("cuda steps: the self-check finds the step graphs, PDL edges, the pers
 TEST_CASE("cuda steps: a plain decode step never leaves the device idle waiting for the host; a speculative step at most once") {
   if (!have_device()) return;
   const int tokens = 200;
+  long long per_request = 0;  // drained waits of a request that are not per step: the prefill, the loop's start and end
   {
     const auto s = open_cuda("off");
     generate(*s, 8);  // graphs captured, the cache warm
+    const Waited shorter = generate(*s, tokens / 2);
     const Waited w = generate(*s, tokens);
     MESSAGE("speculation off: " << w.stats.steps << " steps, " << w.waits.all << " waits, " << w.waits.drained
-                                << " with the device drained");
+                                << " with the device drained (" << shorter.waits.drained << " for " << shorter.stats.steps
+                                << " steps)");
     REQUIRE(w.stats.steps >= tokens - 1);
-    // Each step is read while the next one runs; the prefill and the loop's start and end drain.
-    CHECK(w.waits.drained <= 6);
+    // Each step is read while the next one runs: twice the steps, not one drained wait more.
+    CHECK(w.waits.drained == shorter.waits.drained);
+    CHECK(w.waits.all >= w.stats.steps);
+    per_request = w.waits.drained;
   }
   {
     const auto s = open_cuda("lookup");
@@ -116,7 +121,7 @@ TEST_CASE("cuda steps: a plain decode step never leaves the device idle waiting 
     REQUIRE(w.stats.steps > 0);
     CHECK(w.stats.accepted_per_step > 1.5);
     // Each verdict is read before the next draft is chosen: one drained wait per step, no more.
-    CHECK(w.waits.drained <= w.stats.steps + 6);
+    CHECK(w.waits.drained <= w.stats.steps + per_request);
   }
 }
 #endif

@@ -154,9 +154,12 @@ template <class F> void with_weight_type(DType dtype, F&& f) {
 template <class P> using WeightOf = std::remove_cv_t<std::remove_pointer_t<P>>;
 
 // pick(NT) for the token count NT a matrix-vector kernel is built for that serves n tokens:
-// 1, kMidVecTokens or kMaxVecTokens (NT arrives as a std::integral_constant).
+// 1, 2, 4, kMidVecTokens or kMaxVecTokens (NT arrives as a std::integral_constant). A build
+// for more tokens than the step has costs it registers (fewer resident warps) and latency.
 template <class Pick> auto for_vec_tokens(int n, Pick&& pick) {
   if (n == 1) return pick(std::integral_constant<int, 1>{});
+  if (n == 2) return pick(std::integral_constant<int, 2>{});
+  if (n <= 4) return pick(std::integral_constant<int, 4>{});
   if (n <= kMidVecTokens) return pick(std::integral_constant<int, kMidVecTokens>{});
   return pick(std::integral_constant<int, kMaxVecTokens>{});
 }

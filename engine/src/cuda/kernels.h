@@ -18,9 +18,9 @@ namespace runahead::cuda {
 bool pdl_enabled();
 
 // The matrix-vector ops serve up to this many tokens per pass over the weights: a verify step
-// of up to kMaxVecTokens - 1 = 16 drafted tokens. Each kernel is built for one token, for up
-// to kMidVecTokens and for up to kMaxVecTokens (a wider build costs the narrower steps
-// registers and activation loads they do not need).
+// of up to kMaxVecTokens - 1 = 16 drafted tokens. Each kernel is built for 1, 2, 4, up to
+// kMidVecTokens and up to kMaxVecTokens tokens (a wider build costs the narrower steps
+// registers and latency they do not need: common.cuh for_vec_tokens).
 constexpr int kMidVecTokens = 8;
 constexpr int kMaxVecTokens = 17;
 
