@@ -106,8 +106,9 @@ TEST_CASE("cuda steps: a plain decode step never leaves the device idle waiting 
                                 << " with the device drained (" << shorter.waits.drained << " for " << shorter.stats.steps
                                 << " steps)");
     REQUIRE(w.stats.steps >= tokens - 1);
-    // Each step is read while the next one runs: twice the steps, not one drained wait more.
-    CHECK(w.waits.drained == shorter.waits.drained);
+    // Each step is read while the next one runs: twice the steps, no more drained waits (the
+    // loop's last wait drains or not as the stop falls, so one either way).
+    CHECK(w.waits.drained <= shorter.waits.drained + 1);
     CHECK(w.waits.all >= w.stats.steps);
     per_request = w.waits.drained;
   }

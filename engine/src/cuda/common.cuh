@@ -178,24 +178,27 @@ __device__ __forceinline__ float warp_max(float v) {
 // acc[r][t] = sum_k w[r][k] * x[t * ldx + k] * (g ? g[k] : 1)   for r < R, t < n <= NT and
 // k in 16-byte chunks [c_begin, c_end) of the rows. Each lane streams 16-byte weight
 // chunks, U of them per row in flight; the result is summed across the warp and valid in
-// every lane. x may live in shared or global memory.
+// every lane. x may live in shared or global memory. One token: load U chunks, then use them.
+// Several: the next U chunks are loaded while these are used (their compute per chunk grows
+// with the tokens; without the overlap a warp had no loads in flight for that long).
 template <class W, int R, int NT>
 __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begin, int c_end, const float* x, int ldx,
                                               int n, const float* g, float (&acc)[R][NT]) {
   constexpr int E = Chunk<W>::kElems;
-  constexpr int U = R == 1 ? 8 : 4;
+  constexpr int U = NT > 1 ? 2 : R == 1 ? 8 : 4;
   const int lane = threadIdx.x % kWarp;
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-  for (int c0 = c_begin + lane; c0 < c_end; c0 += kWarp * U) {
-    uint4 wv[U][R];
+  const auto load = [&](int c0, uint4 (&wv)[U][R]) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int r = 0; r < R; ++r)
         wv[u][r] = c0 + kWarp * u < c_end ? load_stream(w[r] + size_t(c0 + kWarp * u) * E) : make_uint4(0, 0, 0, 0);
+  };
+  const auto use = [&](int c0, const uint4 (&wv)[U][R]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + kWarp * u;
@@ -232,21 +235,40 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
 #pragma unroll
           for (int r = 0; r < R; ++r) acc[r][t] += fp8_chunk_dot(wh[r], xh);
         }
-        continue;
+      } else {
+        float wf[R][E];
+#pragma unroll
+        for (int r = 0; r < R; ++r) Chunk<W>::unpack(wv[u][r], wf[r]);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (t >= n) break;
+          float xv[E];
+          inputs(t, xv);
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int e = 0; e < E; ++e) acc[r][t] = fmaf(wf[r][e], xv[e], acc[r][t]);
+        }
       }
-      float wf[R][E];
+    }
+  };
+  if constexpr (NT == 1) {
+    for (int c0 = c_begin + lane; c0 < c_end; c0 += kWarp * U) {
+      uint4 wv[U][R];
+      load(c0, wv);
+      use(c0, wv);
+    }
+  } else {
+    uint4 wv[U][R], next[U][R];
+    int c0 = c_begin + lane;
+    if (c0 < c_end) load(c0, wv);
+    for (; c0 < c_end; c0 += kWarp * U) {
+      if (c0 + kWarp * U < c_end) load(c0 + kWarp * U, next);
+      use(c0, wv);
 #pragma unroll
-      for (int r = 0; r < R; ++r) Chunk<W>::unpack(wv[u][r], wf[r]);
+      for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        if (t >= n) break;
-        float xv[E];
-        inputs(t, xv);
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int e = 0; e < E; ++e) acc[r][t] = fmaf(wf[r][e], xv[e], acc[r][t]);
-      }
+        for (int r = 0; r < R; ++r) wv[u][r] = next[u][r];
     }
   }
 #pragma unroll
