@@ -213,12 +213,15 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
           gv[e] = v.x, gv[e + 1] = v.y, gv[e + 2] = v.z, gv[e + 3] = v.w;
         }
       }
-      // Token t's inputs of this chunk, times g.
-      const auto inputs = [&](int t, float (&xv)[E]) {
+      // Token t's inputs of this chunk, times g when `scaled` (else g is in the weights already).
+      const auto inputs = [&](int t, float (&xv)[E], bool scaled = true) {
 #pragma unroll
         for (int e = 0; e < E; e += 4) {
           const float4 v = *reinterpret_cast<const float4*>(x + size_t(t) * ldx + c * E + e);
-          xv[e] = v.x * gv[e], xv[e + 1] = v.y * gv[e + 1], xv[e + 2] = v.z * gv[e + 2], xv[e + 3] = v.w * gv[e + 3];
+          if (scaled)
+            xv[e] = v.x * gv[e], xv[e + 1] = v.y * gv[e + 1], xv[e + 2] = v.z * gv[e + 2], xv[e + 3] = v.w * gv[e + 3];
+          else
+            xv[e] = v.x, xv[e + 1] = v.y, xv[e + 2] = v.z, xv[e + 3] = v.w;
         }
       };
       if constexpr (kIsFp8<W>) {
@@ -239,11 +242,17 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
         float wf[R][E];
 #pragma unroll
         for (int r = 0; r < R; ++r) Chunk<W>::unpack(wv[u][r], wf[r]);
+        // Several tokens: g multiplies the chunk's weights once rather than each token's inputs.
+        if (NT > 1 && g)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int e = 0; e < E; ++e) wf[r][e] *= gv[e];
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
           if (t >= n) break;
           float xv[E];
-          inputs(t, xv);
+          inputs(t, xv, NT == 1);
 #pragma unroll
           for (int r = 0; r < R; ++r)
 #pragma unroll
