@@ -408,7 +408,7 @@ export async function runBenchmark(params: BenchmarkParams, env: BenchmarkEnv): 
       params: shown,
       task_source: { from: env.files.length > 0 ? 'workspace' : 'bundled samples', files: files.length, languages: count(fim.map((t) => t.languageId)), kinds: count(fim.map((t) => t.kind)) },
       bound,
-      fp8_head: report?.backend === 'cuda' ? 'FP8 lm_head on/off: not available yet (the engine has no option for it); measured with its default head' : 'FP8 lm_head on/off: a GPU option, not available on the CPU (nor yet as an engine option)',
+      fp8_head: fp8HeadLine(report),
       results,
       typing,
       identical_to_plain: mismatches.length === 0,
@@ -597,4 +597,11 @@ async function typingReplay(configs: Config[], files: SourceFile[], params: Benc
     out.push(row);
   }
   return out;
+}
+
+/** Which lm_head this run measured, and how to measure the other: the fp8 head is a GPU load option (runahead.weights). */
+function fp8HeadLine(report: LoadReport | undefined): string {
+  const head = String((report?.optimizations as Record<string, unknown> | undefined)?.lm_head ?? 'as stored');
+  if (report?.backend !== 'cuda') return `FP8 lm_head on/off: a GPU option (runahead.weights fp8-lm-head); this ${report?.backend ?? 'engine'} run measured the head ${head}`;
+  return `FP8 lm_head: this run measured the head ${head}; for the other, set runahead.weights to ${/F8/.test(head) ? 'auto' : 'fp8-lm-head'} and run again (runahead-engine bench --backend cuda --lm-head fp8 compares bytes per step and ms/token side by side)`;
 }
