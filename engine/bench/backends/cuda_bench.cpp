@@ -150,24 +150,13 @@ double time_decode_steps(CudaBackend& backend, int steps) {
 
 // verify(k): the mean ms of a greedy verify step of 1 + k tokens (the pending token and k drafted
 // ones, what the token buffer holds: drafts the target rarely keeps), k = 0 .. kMaxVecTokens - 1,
-// each width's graph replayed `reps` times back to back from position `ctx`; beside the plain
+// each width's graph replayed `reps` times back to back from position `ctx` (after one warm-up replay); beside the plain
 // single-token step that decode replays, timed the same way.
 nlohmann::json time_verify_steps(CudaBackend& backend, int ctx, int reps) {
   StepParts& p = backend.step_parts();
-  cudaEvent_t begin, end;
-  check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
-  check_cuda(cudaEventCreate(&end), "cudaEventCreate");
   const auto timed = [&](cudaGraphExec_t g) {
     p.set_position(ctx);
-    p.launch_graph(g);  // warm: the first replay uploads the graph
-    p.set_position(ctx);
-    check_cuda(cudaEventRecord(begin, p.stream()), "cudaEventRecord");
-    for (int i = 0; i < reps; ++i) p.launch_graph(g);
-    check_cuda(cudaEventRecord(end, p.stream()), "cudaEventRecord");
-    check_cuda(cudaEventSynchronize(end), "verify steps");
-    float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
-    return double(ms) / reps;
+    return p.time_graph(g, reps);  // a warm-up replay, then `reps` (each moves the position on by what it kept)
   };
   const double plain = timed(p.greedy_step_graph());
   nlohmann::json steps = nlohmann::json::array();
@@ -175,8 +164,6 @@ nlohmann::json time_verify_steps(CudaBackend& backend, int ctx, int reps) {
     const double ms = timed(p.verify_step_graph(n));
     steps.push_back({{"k", n - 1}, {"ms", ms}, {"vs_plain", ms / plain}});
   }
-  cudaEventDestroy(begin);
-  cudaEventDestroy(end);
   p.set_position(ctx);
   return {{"plain_ms", plain}, {"reps", reps}, {"steps", steps}};
 }
@@ -435,7 +422,7 @@ nlohmann::json bench(const CudaBenchArgs& a) {
 
   BackendOptions options;
   // Room for the verify steps' replays too (each moves the position on by what it kept).
-  options.context_length = std::max({a.ctx + a.tokens + 8, a.prefill, a.ctx + a.reps * kMaxVecTokens + 8});
+  options.context_length = std::max({a.ctx + a.tokens + 8, a.prefill, a.ctx + (a.reps + 1) * kMaxVecTokens + 8});
   options.fp8_matrices = a.fp8_matrices;
   options.fp8_lm_head = a.fp8_lm_head;
   auto backend = make_cuda_backend(weights, options);
