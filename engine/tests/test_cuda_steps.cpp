@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <filesystem>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "code_prompts.h"
 #include "cuda_test_util.h"
@@ -27,10 +29,12 @@ const nlohmann::json& check_named(const Session& s, const std::string& name) {
   return none;
 }
 
-std::unique_ptr<Session> open_cuda(const std::string& speculation, std::vector<std::string> require = {}) {
+std::unique_ptr<Session> open_cuda(const std::string& speculation, std::vector<std::string> require = {},
+                                   int max_draft = 8) {
   LoadOptions o;
   o.backend = "cuda";
   o.speculation.mode = speculation;
+  o.speculation.max_draft = max_draft;
   o.require = std::move(require);
   return Session::open(kEmbedded.string(), o);
 }
@@ -46,6 +50,7 @@ std::vector<int32_t> repeating_prompt() {
 struct Waited {
   HostWaits waits;
   GenerateStats stats;
+  std::vector<int32_t> tokens;
 };
 
 Waited generate(Session& s, int max_tokens) {
@@ -53,10 +58,12 @@ Waited generate(Session& s, int max_tokens) {
   r.prompt = repeating_prompt();
   r.max_tokens = max_tokens;
   const std::atomic<bool> cancel{false};
+  std::vector<int32_t> tokens;
   const HostWaits before = s.backend().host_waits();
-  const GenerateResult result = s.generator().generate(r, [](auto, auto) {}, cancel);
+  const GenerateResult result = s.generator().generate(
+      r, [&](std::span<const int32_t> t, auto) { tokens.insert(tokens.end(), t.begin(), t.end()); }, cancel);
   const HostWaits after = s.backend().host_waits();
-  return {{after.all - before.all, after.drained - before.drained}, result.stats};
+  return {{after.all - before.all, after.drained - before.drained}, result.stats, tokens};
 }
 
 }  // namespace
@@ -97,6 +104,7 @@ TEST_CASE("cuda steps: a plain decode step never leaves the device idle waiting 
   if (!have_device()) return;
   const int tokens = 200;
   long long per_request = 0;  // drained waits of a request that are not per step: the prefill, the loop's start and end
+  std::vector<int32_t> plain;   // the greedy tokens without speculation
   {
     const auto s = open_cuda("off");
     generate(*s, 8);  // graphs captured, the cache warm
@@ -111,9 +119,12 @@ TEST_CASE("cuda steps: a plain decode step never leaves the device idle waiting 
     CHECK(w.waits.drained <= shorter.waits.drained + 1);
     CHECK(w.waits.all >= w.stats.steps);
     per_request = w.waits.drained;
+    plain = w.tokens;
   }
-  {
-    const auto s = open_cuda("lookup");
+  // Lossless: the widest verify steps (16 drafts) give the same greedy tokens.
+  for (const int max_draft : {8, 16}) {
+    CAPTURE(max_draft);
+    const auto s = open_cuda("lookup", {}, max_draft);
     generate(*s, 8);
     const Waited w = generate(*s, tokens);
     MESSAGE("speculation lookup: " << w.stats.steps << " steps (" << w.stats.accepted_per_step
@@ -123,6 +134,7 @@ TEST_CASE("cuda steps: a plain decode step never leaves the device idle waiting 
     CHECK(w.stats.accepted_per_step > 1.5);
     // Each verdict is read before the next draft is chosen: one drained wait per step, no more.
     CHECK(w.waits.drained <= w.stats.steps + per_request);
+    CHECK(w.tokens == plain);
   }
 }
 #endif
