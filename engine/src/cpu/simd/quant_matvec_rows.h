@@ -4,6 +4,7 @@
 // whose Isa struct lives in an anonymous namespace (see make_kernels.h for why).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -26,11 +27,16 @@ inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<con
 // Every cache line of the block (a K-quant block spans up to four), by inline asm: GCC 12's
 // dead-code elimination dropped every _mm_prefetch of these loops for the 144- and 210-byte
 // blocks (two or more per row), though not the one of a Q8_0 block.
+// At least kPrefetchAheadBytes ahead: two groups of short rows (a 1536-wide Q4_K row is 864 bytes)
+// were too near to cover a DRAM access.
+constexpr size_t kPrefetchAheadBytes = 8192;
 template <int R, class Block>
 inline void prefetch_next_rows(const Block* const (&b)[R], int64_t k, size_t row_bytes) {
+  const size_t group = R * row_bytes;  // loop-invariant in the callers' block loops: hoisted
+  const size_t ahead = group * std::max<size_t>(2, (kPrefetchAheadBytes + group - 1) / group);
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) {
-    const char* p = reinterpret_cast<const char*>(&b[i][k]) + 2 * R * row_bytes;
+    const char* p = reinterpret_cast<const char*>(&b[i][k]) + ahead;
 #pragma GCC unroll 4
     for (size_t line = 0; line < sizeof(Block); line += 64) asm volatile("prefetcht0 %0" : : "m"(p[line]));
     if constexpr (sizeof(Block) % 64 != 0 && sizeof(Block) > 64)
