@@ -87,12 +87,8 @@ TEST_CASE("cuda steps: the self-check finds the step graphs, PDL edges, the pers
   CHECK(check_named(*asked, "persistent_step")["active"] == true);
   for (const auto& w : asked->report()["warnings"]) CHECK(w.get<std::string>().rfind("options.require", 0) != 0);
   // The MTP head does not run on CUDA: required, the load says so by name.
-  LoadOptions o;
-  o.backend = "cuda";
-  o.speculation.mode = "auto";
-  o.require = {"mtp"};
   try {
-    Session::open(kEmbedded.string(), o);
+    open_cuda("auto", {"mtp"});
     FAIL("an MTP head required on CUDA loaded");
   } catch (const EngineError& e) {
     CHECK(e.code == "bad_request");

@@ -3,6 +3,7 @@
 // the unit tests can check them). The metrics and status types are the
 // server's own, so the wire format is defined once.
 import type { CompletionMetrics } from '../../server/src/metrics';
+import type { OptimizationCheck } from '../../server/src/engine/protocol';
 import type { ServerStatus } from '../../server/src/runahead';
 
 export type { CompletionMetrics, ServerStatus };
@@ -36,7 +37,7 @@ export function optimizationsText(o: Record<string, unknown> | undefined): strin
 }
 
 /** The engine's self-check in one line: how many optimisations are active, then each one that is not, and why. */
-export function checksText(checks: { name: string; active: boolean; why: string; required?: boolean }[] | undefined): string {
+export function checksText(checks: OptimizationCheck[] | undefined): string {
   if (!checks || checks.length === 0) return '–';
   const off = checks.filter((c) => !c.active);
   const active = `${checks.length - off.length} of ${checks.length} active`;

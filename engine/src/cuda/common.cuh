@@ -242,8 +242,8 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
         float wf[R][E];
 #pragma unroll
         for (int r = 0; r < R; ++r) Chunk<W>::unpack(wv[u][r], wf[r]);
-        // Several tokens: g multiplies the chunk's weights once rather than each token's inputs.
-        if (NT > 1 && g)
+        // g multiplies the chunk's weights once rather than each token's inputs.
+        if (g)
 #pragma unroll
           for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -252,7 +252,7 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
         for (int t = 0; t < NT; ++t) {
           if (t >= n) break;
           float xv[E];
-          inputs(t, xv, NT == 1);
+          inputs(t, xv, false);
 #pragma unroll
           for (int r = 0; r < R; ++r)
 #pragma unroll

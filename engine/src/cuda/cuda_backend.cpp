@@ -892,9 +892,14 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     return GraphExec(exec);
   }
 
+  // graphs_' and shapes_' key of a step graph.
+  static int graph_key(StepMode mode, int n, int n_out, int slot = 0) {
+    return (slot << 20) | (int(mode) << 16) | (n << 8) | n_out;
+  }
+
   // `slot`: which verdict slot a Verify step writes (two steps may be queued).
   cudaGraphExec_t graph_for(StepMode mode, int n, int n_out, int slot = 0) {
-    const int key = (slot << 20) | (int(mode) << 16) | (n << 8) | n_out;
+    const int key = graph_key(mode, n, n_out, slot);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       wait_stream("graph capture");  // a queued step may still run on the stream
@@ -953,11 +958,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   // The start-up self-check: each optimisation as the graphs the backend captured really hold it.
   std::vector<OptimizationCheck> check_at_load() {
-    const int verify_key = (int(StepMode::Verify) << 16) | (2 << 8) | 2;
     graph_for(StepMode::Verify, 2, 2);
     graph_for(StepMode::Greedy, 1, 1);
-    const GraphShape step = shapes_.at((int(StepMode::Greedy) << 16) | (1 << 8) | 1);
-    const GraphShape verify = shapes_.at(verify_key);
+    const GraphShape step = shapes_.at(graph_key(StepMode::Greedy, 1, 1));
+    const GraphShape verify = shapes_.at(graph_key(StepMode::Verify, 2, 2));
     std::vector<OptimizationCheck> checks;
     checks.push_back({"step_graphs", step.kernels >= 1,
                       "a decode step replays one CUDA graph of " + std::to_string(step.kernels) +

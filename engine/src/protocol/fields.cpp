@@ -1,5 +1,6 @@
 #include "protocol/fields.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -74,6 +75,19 @@ double as_number(const nlohmann::json& value, const std::string& path, double mi
 std::string as_string(const nlohmann::json& value, const std::string& path) {
   if (!value.is_string()) wrong(value, path, "a string");
   return value.get<std::string>();
+}
+
+std::string as_one_of(const nlohmann::json& value, const std::string& path, const std::vector<std::string>& known,
+                      const std::string& what, const std::string& expected) {
+  std::string s = as_string(value, path);
+  if (std::find(known.begin(), known.end(), s) == known.end())
+    throw EngineError("bad_request", path + ": unknown " + what + " \"" + s + "\"", {}, path, expected);
+  return s;
+}
+
+bool as_bool(const nlohmann::json& value, const std::string& path) {
+  if (!value.is_boolean()) throw EngineError("bad_request", path + ": expected true or false", {}, path, "true or false");
+  return value.get<bool>();
 }
 
 const nlohmann::json& as_object(const nlohmann::json& value, const std::string& path) {

@@ -25,6 +25,11 @@ int64_t as_int(const nlohmann::json& value, const std::string& path, int64_t min
 uint64_t as_uint64(const nlohmann::json& value, const std::string& path);
 double as_number(const nlohmann::json& value, const std::string& path, double min, double max);
 std::string as_string(const nlohmann::json& value, const std::string& path);
+// A string among `known`; otherwise "<path>: unknown <what> \"<value>\"", expecting `expected`.
+std::string as_one_of(const nlohmann::json& value, const std::string& path, const std::vector<std::string>& known,
+                      const std::string& what, const std::string& expected);
+// true or false; otherwise "<path>: expected true or false".
+bool as_bool(const nlohmann::json& value, const std::string& path);
 const nlohmann::json& as_object(const nlohmann::json& value, const std::string& path);
 std::vector<int32_t> as_token_ids(const nlohmann::json& value, const std::string& path);
 

@@ -81,72 +81,40 @@ LoadRequest parse_load(const json& request) {
                   {"backend", "threads", "context_length", "newline_tokens", "speculation", "max_draft", "draft_model",
                    "adaptive_depth", "weights", "lm_head", "require", "fallback"},
                   "option");
-  if (const json* v = optional_field(*options, "backend")) {
-    load.options.backend = as_string(*v, "options.backend");
-    if (load.options.backend != "auto" && load.options.backend != "cpu" && load.options.backend != "cuda")
-      throw EngineError("bad_request", "options.backend: unknown backend \"" + load.options.backend + "\"", {},
-                        "options.backend", "\"auto\", \"cpu\" or \"cuda\"");
-  }
+  if (const json* v = optional_field(*options, "backend"))
+    load.options.backend = as_one_of(*v, "options.backend", {"auto", "cpu", "cuda"}, "backend",
+                                     "\"auto\", \"cpu\" or \"cuda\"");
   if (const json* v = optional_field(*options, "threads"))
     load.options.threads = static_cast<int>(as_int(*v, "options.threads", 0, 1024));
   if (const json* v = optional_field(*options, "context_length"))
     load.options.context_length = static_cast<int>(as_int(*v, "options.context_length", 0, kMaxInt32));
   if (const json* v = optional_field(*options, "newline_tokens"))
     load.options.newline_tokens = as_token_ids(*v, "options.newline_tokens");
-  if (const json* v = optional_field(*options, "weights")) {
-    load.options.weights = as_string(*v, "options.weights");
-    const auto& known = weight_options();
-    if (std::find(known.begin(), known.end(), load.options.weights) == known.end())
-      throw EngineError("bad_request", "options.weights: unknown value \"" + load.options.weights + "\"", {},
-                        "options.weights", "\"auto\" (as stored), \"q8_0\" or \"fp8\" (CUDA)");
-  }
-  if (const json* v = optional_field(*options, "lm_head")) {
-    load.options.lm_head = as_string(*v, "options.lm_head");
-    const auto& known = lm_head_options();
-    if (std::find(known.begin(), known.end(), load.options.lm_head) == known.end())
-      throw EngineError("bad_request", "options.lm_head: unknown value \"" + load.options.lm_head + "\"", {},
-                        "options.lm_head", "\"auto\", \"bf16\" or \"fp8\" (CUDA)");
-  }
+  if (const json* v = optional_field(*options, "weights"))
+    load.options.weights = as_one_of(*v, "options.weights", weight_options(), "value",
+                                     "\"auto\" (as stored), \"q8_0\" or \"fp8\" (CUDA)");
+  if (const json* v = optional_field(*options, "lm_head"))
+    load.options.lm_head = as_one_of(*v, "options.lm_head", lm_head_options(), "value",
+                                     "\"auto\", \"bf16\" or \"fp8\" (CUDA)");
   if (const json* v = optional_field(*options, "require")) {
     if (!v->is_array())
       throw EngineError("bad_request", "options.require: expected an array of optimisation names", {}, "options.require",
                         "names from the report's checks");
     const auto& known = optimization_names();
-    for (const json& name : *v) {
-      const std::string n = as_string(name, "options.require");
-      if (std::find(known.begin(), known.end(), n) == known.end()) {
-        std::string list;
-        for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-        throw EngineError("bad_request", "options.require: unknown optimisation \"" + n + "\"", {}, "options.require",
-                          list);
-      }
-      load.options.require.push_back(n);
-    }
+    std::string list;
+    for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+    for (const json& name : *v)
+      load.options.require.push_back(as_one_of(name, "options.require", known, "optimisation", list));
   }
-  if (const json* v = optional_field(*options, "fallback")) {
-    if (!v->is_boolean())
-      throw EngineError("bad_request", "options.fallback: expected true or false", {}, "options.fallback",
-                        "true or false");
-    load.options.fallback = v->get<bool>();
-  }
+  if (const json* v = optional_field(*options, "fallback")) load.options.fallback = as_bool(*v, "options.fallback");
   SpeculationOptions& speculation = load.options.speculation;
-  if (const json* v = optional_field(*options, "speculation")) {
-    speculation.mode = as_string(*v, "options.speculation");
-    const auto& modes = speculation_modes();
-    if (std::find(modes.begin(), modes.end(), speculation.mode) == modes.end())
-      throw EngineError("bad_request", "options.speculation: unknown mode \"" + speculation.mode + "\"", {},
-                        "options.speculation", "auto, off, lookup, mtp or draft");
-  }
+  if (const json* v = optional_field(*options, "speculation"))
+    speculation.mode = as_one_of(*v, "options.speculation", speculation_modes(), "mode", "auto, off, lookup, mtp or draft");
   if (const json* v = optional_field(*options, "max_draft"))
     speculation.max_draft = static_cast<int>(as_int(*v, "options.max_draft", 1, 32));
   if (const json* v = optional_field(*options, "draft_model"))
     speculation.draft_model = as_path(*v, "options.draft_model");
-  if (const json* v = optional_field(*options, "adaptive_depth")) {
-    if (!v->is_boolean())
-      throw EngineError("bad_request", "options.adaptive_depth: expected true or false", {}, "options.adaptive_depth",
-                        "true or false");
-    speculation.adaptive = v->get<bool>();
-  }
+  if (const json* v = optional_field(*options, "adaptive_depth")) speculation.adaptive = as_bool(*v, "options.adaptive_depth");
   return load;
 }
 

@@ -36,6 +36,15 @@ export interface LoadProgressMessage {
   total: number;
 }
 
+/** One entry of the load report's start-up self-check: an optimisation or drafter, active or not, and why. */
+export interface OptimizationCheck {
+  name: string;
+  active: boolean;
+  why: string;
+  /** options.require named it. */
+  required?: boolean;
+}
+
 export interface LoadReport {
   architecture?: string;
   model?: string;
@@ -50,7 +59,7 @@ export interface LoadReport {
   vocab_size?: number;
   optimizations?: Record<string, unknown>;
   /** The start-up self-check: every optimisation and drafter, active or not, and why. */
-  checks?: { name: string; active: boolean; why: string; required?: boolean }[];
+  checks?: OptimizationCheck[];
   warnings?: string[];
   [key: string]: unknown;
 }

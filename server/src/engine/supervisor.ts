@@ -6,7 +6,7 @@ import { EventEmitter } from 'node:events';
 import { EngineConnection } from './connection';
 import { withTimeout, TimeoutError } from '../deadline';
 import { locateEngine, locateModel, pathProblem } from './locate';
-import { EngineError, EngineGoneError, PROTOCOL_VERSION, type LoadOptions, type LoadReport } from './protocol';
+import { EngineError, EngineGoneError, PROTOCOL_VERSION, type LoadOptions, type LoadReport, type OptimizationCheck } from './protocol';
 import { engineKey, type Settings } from '../settings';
 import { draftModelFor, requireOptions, speculationOptions, weightOptions, withoutWeightOptions } from './loadOptions';
 
@@ -33,13 +33,6 @@ export interface EngineStatus {
   lastRestart?: { reason: string; at: string };
   /** While restarting: when the next start is due (ISO time). */
   retryAt?: string;
-}
-
-export interface OptimizationCheck {
-  name: string;
-  active: boolean;
-  why: string;
-  required?: boolean;
 }
 
 /** The status before anything started. */

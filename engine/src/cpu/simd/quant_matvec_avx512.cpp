@@ -17,6 +17,10 @@ struct VnniDot {
   static __m256i madd_acc(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
 };
 
+inline float hsum512(__m512 v) {
+  return simd::hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
 // Q8_0, R rows x T tokens, blocks k and k + 1 in lanes 0-7 and 8-15 of one vector: the
 // 256-bit tile's even and odd accumulators side by side, so its sums are bit for bit the
 // same. vpdpbusd wants u8 x s8: the weights go in as q_w + 128 (xor 0x80), once per block for
@@ -57,13 +61,9 @@ struct Q8_0Tile512 {
   template <int R, int T>
   static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
     const BlockQ8_0* b[R];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const BlockQ8_0*>(w + i * row_bytes);
+    simd::tile_rows(w, row_bytes, b);
     __m512 acc[R][T];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+    simd::fill_tile(acc, _mm512_setzero_ps());
     const int64_t blocks = cols / 32;
     int64_t k = 0;
     for (; k + 1 < blocks; k += 2) {
@@ -75,7 +75,7 @@ struct Q8_0Tile512 {
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t)
-        y[t * ldy + i] = simd::hsum(_mm256_add_ps(_mm512_castps512_ps256(acc[i][t]), _mm512_extractf32x8_ps(acc[i][t], 1)));
+        y[t * ldy + i] = hsum512(acc[i][t]);
   }
 };
 
@@ -83,10 +83,6 @@ struct Q8_0Tile512 {
 inline __m512i words_per_lane(int w0, int w1, int w2, int w3) {
   auto pick = [](int w) { return (long long)(uint64_t(0x0100 + 0x0202 * w) * 0x0001000100010001ull); };
   return _mm512_set_epi64(pick(w3), pick(w3), pick(w2), pick(w2), pick(w1), pick(w1), pick(w0), pick(w0));
-}
-
-inline float hsum512(__m512 v) {
-  return simd::hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 
 // Q4_K/Q5_K (simd::QK4Tile's arithmetic) two sub-blocks per vector: 64 bytes of nibbles give
@@ -102,13 +98,9 @@ struct QK4Tile512 {
   template <int R, int T>
   static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
     const Block* b[R];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const Block*>(w + i * row_bytes);
+    simd::tile_rows(w, row_bytes, b);
     __m512 acc[R][T];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+    simd::fill_tile(acc, _mm512_setzero_ps());
     const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
     const int64_t blocks = cols / 256;
     for (int64_t k = 0; k < blocks; ++k) {
@@ -177,13 +169,9 @@ struct Q6KTile512 {
   template <int R, int T>
   static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
     const BlockQ6_K* b[R];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const BlockQ6_K*>(w + i * row_bytes);
+    simd::tile_rows(w, row_bytes, b);
     __m512 acc[R][T];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+    simd::fill_tile(acc, _mm512_setzero_ps());
     const __m512i low4 = _mm512_set1_epi8(0x0F), three = _mm512_set1_epi8(3);
     const int64_t blocks = cols / 256;
     for (int64_t k = 0; k < blocks; ++k) {

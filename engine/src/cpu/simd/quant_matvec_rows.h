@@ -21,6 +21,22 @@ inline float hsum(__m256 v) {
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
+// A tile's R rows, each an array of blocks, `row_bytes` apart from w.
+template <class Block, int R>
+inline void tile_rows(const uint8_t* w, size_t row_bytes, const Block* (&b)[R]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const Block*>(w + i * row_bytes);
+}
+
+// Every accumulator of an R x T tile set to `zero`.
+template <class V, int R, int T>
+inline void fill_tile(V (&acc)[R][T], V zero) {
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[i][t] = zero;
+}
+
 // Touches block k of the rows two groups of R on (`row_bytes` apart): R interleaved rows are
 // R streams too short for the hardware prefetcher. Without it a matrix beyond the caches (the
 // 0.5B lm_head, 145 MB) took 2-3x the one-row kernel's time for one token; with it, ~1.5x.
@@ -80,8 +96,7 @@ struct Q8_0Tile {
   template <int R, int T>
   static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
     const BlockQ8_0* b[R];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const BlockQ8_0*>(w + i * row_bytes);
+    tile_rows(w, row_bytes, b);
     __m256 even[R][T], odd[R][T];
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
@@ -154,13 +169,9 @@ struct QK4Tile {
   template <int R, int T>
   static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
     const Block* b[R];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const Block*>(w + i * row_bytes);
+    tile_rows(w, row_bytes, b);
     __m256 acc[R][T];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+    fill_tile(acc, _mm256_setzero_ps());
     const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     const int64_t blocks = cols / 256;
     for (int64_t k = 0; k < blocks; ++k) {
@@ -243,8 +254,7 @@ struct Q32Tile {
   template <int R, int T>
   static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
     const Block* b[R];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const Block*>(w + i * row_bytes);
+    tile_rows(w, row_bytes, b);
     __m256 acc[R][T];
     float offsets[R][T];  // _1: sum over blocks of m d_x sum(q_x)
 #pragma GCC unroll 8
@@ -306,13 +316,9 @@ struct Q6KTile {
   template <int R, int T>
   static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
     const BlockQ6_K* b[R];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const BlockQ6_K*>(w + i * row_bytes);
+    tile_rows(w, row_bytes, b);
     __m256 acc[R][T];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+    fill_tile(acc, _mm256_setzero_ps());
     const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
     const int64_t blocks = cols / 256;
     for (int64_t k = 0; k < blocks; ++k) {
