@@ -96,7 +96,7 @@ TEST_CASE("cuda steps: the self-check finds the step graphs, PDL edges, the pers
   }
 }
 
-TEST_CASE("cuda steps: a plain decode step never leaves the device idle waiting for the host; a speculative step at most once") {
+TEST_CASE("cuda steps: a plain decode step never leaves the device idle waiting for the host and a speculative step at most once") {
   if (!have_device()) return;
   const int tokens = 200;
   long long per_request = 0;  // drained waits of a request that are not per step: the prefill, the loop's start and end
