@@ -27,8 +27,9 @@ void matmul_quant(ThreadPool& pool, const QuantKernels& kernels, const QuantMatr
                   float* y);
 
 // y[t, r] = W[r, :] x[t]   for r in [row_begin, row_end), t in [0, n), with x already
-// quantized (xq[t]); y: [n, w.rows]. Rows are walked in tiles small enough to stay in cache
-// while every token reads them; within a tile the format's kernel takes all n tokens at once.
+// quantized (xq[t]); y: [n, w.rows]. Tokens are taken in chunks whose activations stay in L2,
+// and each chunk's rows in tiles that stay there too; within a tile the format's kernel takes
+// the chunk's tokens at once.
 void matmul_quant_rows(const QuantKernels& kernels, const QuantMatrix& w, int64_t row_begin, int64_t row_end,
                        const Q8Activations* xq, int n, float* y);
 

@@ -85,55 +85,126 @@ inline __m512i words_per_lane(int w0, int w1, int w2, int w3) {
   return _mm512_set_epi64(pick(w3), pick(w3), pick(w2), pick(w2), pick(w1), pick(w1), pick(w0), pick(w0));
 }
 
+// The float side of a tile in token quads: a block's int32 sums (16 lanes a token) are folded
+// exactly to 4 lanes, so four tokens share one vector (token t in 128-bit lane t) for the
+// conversion, the scales and the accumulation; a token outside a quad takes the same lane
+// operations in a 128-bit vector. Integer sums are exact in any order, so every (row, token)
+// gets the same float operations whatever R, T and n are.
+inline __m512i fold_quad(__m512i s0, __m512i s1, __m512i s2, __m512i s3) {
+  constexpr int kEven = _MM_SHUFFLE(2, 0, 2, 0), kOdd = _MM_SHUFFLE(3, 1, 3, 1);
+  const __m512i w01 = _mm512_add_epi32(_mm512_shuffle_i32x4(s0, s1, kEven), _mm512_shuffle_i32x4(s0, s1, kOdd));
+  const __m512i w23 = _mm512_add_epi32(_mm512_shuffle_i32x4(s2, s3, kEven), _mm512_shuffle_i32x4(s2, s3, kOdd));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(w01, w23, kEven), _mm512_shuffle_i32x4(w01, w23, kOdd));
+}
+inline __m128i fold_one(__m512i s) {
+  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+inline float hsum128(__m128 v) {
+  const __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+// Four tokens' values, each in all four lanes of its 128-bit lane.
+inline __m512 per_token_lanes(float v0, float v1, float v2, float v3) {
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                               _mm512_castps128_ps512(_mm_setr_ps(v0, v1, v2, v3)));
+}
+
+// y[t * ldy + i] for row i < R: the four lanes of token t summed, Q quads then S single tokens.
+template <int R, int Q, int S, int QA, int SA>
+inline void store_quads(const __m512 (&quad)[R][QA], const __m128 (&single)[R][SA], float* y, int64_t ldy) {
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 2
+    for (int q = 0; q < Q; ++q) {
+      y[(4 * q) * ldy + i] = hsum128(_mm512_castps512_ps128(quad[i][q]));
+      y[(4 * q + 1) * ldy + i] = hsum128(_mm512_extractf32x4_ps(quad[i][q], 1));
+      y[(4 * q + 2) * ldy + i] = hsum128(_mm512_extractf32x4_ps(quad[i][q], 2));
+      y[(4 * q + 3) * ldy + i] = hsum128(_mm512_extractf32x4_ps(quad[i][q], 3));
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) y[(4 * Q + s) * ldy + i] = hsum128(single[i][s]);
+  }
+}
+
 // Q4_K/Q5_K (simd::QK4Tile's arithmetic) two sub-blocks per vector: 64 bytes of nibbles give
 // sub-blocks (4h, 4h + 2) in their low nibbles and (4h + 1, 4h + 3) in their high ones, so the
 // activations are loaded as the two matching 32-byte halves. Half the vector instructions of
-// the 256-bit tile; the same operations per (row, token) whatever R, T and n are.
+// the 256-bit tile. A block adds -dmin d_x sum_j m_j bsum_j, then d d_x sum_j sc_j dot_j, to
+// four float lanes a token (token quads, above): 2 x 8 tiles for a prefill, which loads each
+// row's block and unpacks its scales once for 8 tokens.
 template <class Block>
 struct QK4Tile512 {
-  static constexpr int kRows = 2, kTokens = 4;
+  static constexpr int kRows = 2, kTokens = 8;
   static constexpr bool kDecodeInTiles = false;
   static constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
 
   template <int R, int T>
   static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
+    constexpr int Q = T / 4, S = T % 4;  // token quads, then single tokens
     const Block* b[R];
     simd::tile_rows(w, row_bytes, b);
-    __m512 acc[R][T];
-    simd::fill_tile(acc, _mm512_setzero_ps());
+    __m512 quad[R][Q > 0 ? Q : 1];
+    __m128 single[R][S > 0 ? S : 1];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 2
+      for (int q = 0; q < Q; ++q) quad[i][q] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) single[i][s] = _mm_setzero_ps();
+    }
     const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
     const int64_t blocks = cols / 256;
     for (int64_t k = 0; k < blocks; ++k) {
       simd::prefetch_next_rows<R>(b, k, row_bytes);
       __m512i scales[R], sumi[R][T];
-      float d[R];
+      __m128i mins[R];
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
-        const __m256i scales_mins = simd::q4_k_scales_mins(b[i][k].scales);
+        const __m256i scales_mins = simd::q4_k_scales_mins(b[i][k].scales);  // int16: sc_0..7, m_0..7
         scales[i] = _mm512_broadcast_i32x4(_mm256_castsi256_si128(scales_mins));
-        const __m128i mins = _mm256_extracti128_si256(scales_mins, 1);
-        d[i] = _cvtsh_ss(b[i][k].d);
-        const float dmin = _cvtsh_ss(b[i][k].dmin);
+        mins[i] = _mm256_extracti128_si256(scales_mins, 1);
 #pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) {
-          const __m128i m = _mm_madd_epi16(mins, _mm_loadu_si128(reinterpret_cast<const __m128i*>(&x[t].bsum32[8 * k])));
-          acc[i][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi128_si512(m)), _mm512_set1_ps(dmin * x[t].dk[k]),
-                                       acc[i][t]);
-          sumi[i][t] = _mm512_setzero_si512();
+        for (int t = 0; t < T; ++t) sumi[i][t] = _mm512_setzero_si512();
+      }
+      // The mins: -dmin d_x sum_j m_j bsum_j, in int32 per pair of sub-blocks.
+#pragma GCC unroll 2
+      for (int q = 0; q < Q; ++q) {
+        const Q8Activations* xt = x + 4 * q;
+        __m512i bsum = _mm512_castsi128_si512(load16(&xt[0].bsum32[8 * k]));
+        bsum = _mm512_inserti32x4(bsum, load16(&xt[1].bsum32[8 * k]), 1);
+        bsum = _mm512_inserti32x4(bsum, load16(&xt[2].bsum32[8 * k]), 2);
+        bsum = _mm512_inserti32x4(bsum, load16(&xt[3].bsum32[8 * k]), 3);
+        const __m512 dk = per_token_lanes(xt[0].dk[k], xt[1].dk[k], xt[2].dk[k], xt[3].dk[k]);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+          const __m512 m = _mm512_cvtepi32_ps(_mm512_madd_epi16(_mm512_broadcast_i32x4(mins[i]), bsum));
+          quad[i][q] = _mm512_fnmadd_ps(m, _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b[i][k].dmin)), dk), quad[i][q]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+        const Q8Activations& xt = x[4 * Q + s];
+        const __m128i bsum = load16(&xt.bsum32[8 * k]);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) {
+          const __m128 m = _mm_cvtepi32_ps(_mm_madd_epi16(mins[i], bsum));
+          single[i][s] = _mm_fnmadd_ps(m, _mm_set1_ps(_cvtsh_ss(b[i][k].dmin) * xt.dk[k]), single[i][s]);
         }
       }
 #pragma GCC unroll 4
       for (int v = 0; v < 4; ++v) {
         const int h = v / 2, high = v % 2, j = 4 * h + high;  // sub-blocks j and j + 2
-        __m512i q[R], sc[R];
+        __m512i qv[R], sc[R];
 #pragma GCC unroll 8
         for (int i = 0; i < R; ++i) {
           const __m512i bytes = _mm512_loadu_si512(b[i][k].qs + 64 * h);
-          q[i] = _mm512_and_si512(high ? _mm512_srli_epi16(bytes, 4) : bytes, low4);
+          qv[i] = _mm512_and_si512(high ? _mm512_srli_epi16(bytes, 4) : bytes, low4);
           if constexpr (kFifthBit) {
             const __m512i qh = _mm512_broadcast_i64x4(simd::load32(b[i][k].qh));
             const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(short(j)), _mm256_set1_epi16(short(j + 2)), 1);
-            q[i] = _mm512_or_si512(q[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift), one), 4));
+            qv[i] = _mm512_or_si512(qv[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift), one), 4));
           }
           sc[i] = _mm512_shuffle_epi8(scales[i], words_per_lane(j, j, j + 2, j + 2));
         }
@@ -143,19 +214,29 @@ struct QK4Tile512 {
           const __m512i xv = _mm512_inserti64x4(_mm512_castsi256_si512(simd::load32(xq)), simd::load32(xq + 64), 1);
 #pragma GCC unroll 8
           for (int i = 0; i < R; ++i)
-            sumi[i][t] = _mm512_dpwssd_epi32(sumi[i][t], _mm512_maddubs_epi16(q[i], xv), sc[i]);
+            sumi[i][t] = _mm512_dpwssd_epi32(sumi[i][t], _mm512_maddubs_epi16(qv[i], xv), sc[i]);
         }
       }
+      // d d_x sum_j sc_j dot_j.
+#pragma GCC unroll 2
+      for (int q = 0; q < Q; ++q) {
+        const Q8Activations* xt = x + 4 * q;
+        const __m512 dk = per_token_lanes(xt[0].dk[k], xt[1].dk[k], xt[2].dk[k], xt[3].dk[k]);
 #pragma GCC unroll 8
-      for (int i = 0; i < R; ++i)
+        for (int i = 0; i < R; ++i) {
+          const __m512i s = fold_quad(sumi[i][4 * q], sumi[i][4 * q + 1], sumi[i][4 * q + 2], sumi[i][4 * q + 3]);
+          quad[i][q] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b[i][k].d)), dk), quad[i][q]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s)
 #pragma GCC unroll 8
-        for (int t = 0; t < T; ++t)
-          acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[i][t]), _mm512_set1_ps(d[i] * x[t].dk[k]), acc[i][t]);
+        for (int i = 0; i < R; ++i)
+          single[i][s] = _mm_fmadd_ps(_mm_cvtepi32_ps(fold_one(sumi[i][4 * Q + s])),
+                                      _mm_set1_ps(_cvtsh_ss(b[i][k].d) * x[4 * Q + s].dk[k]), single[i][s]);
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) y[t * ldy + i] = hsum512(acc[i][t]);
+    store_quads<R, Q, S>(quad, single, y, ldy);
   }
 };
 
