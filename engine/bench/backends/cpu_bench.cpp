@@ -114,7 +114,7 @@ nlohmann::json bench(const BenchArgs& a) {
 
   // After the model is released, so the probe's 1 GiB does not add to its memory.
   ThreadPool pool(threads);
-  const double bandwidth = read_bandwidth(pool, select_kernels(), size_t(1) << 30, 5);
+  const double bandwidth = read_bandwidth(pool, size_t(1) << 30, 5);
   const double bound_ms = double(weights->weight_bytes) / bandwidth * 1000.0;
 
   return {{"backend", described.at("backend")},

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   ThreadPool pool(threads);
   const Kernels& kernels = select_kernels();
   const QuantKernels& qk = select_quant_kernels();
-  const double bandwidth = read_bandwidth(pool, kernels, size_t(512) << 20, 5);
+  const double bandwidth = read_bandwidth(pool, size_t(512) << 20, 5);
   std::printf("threads %d, kernels %s / quant %s, read bandwidth %.1f GB/s\n", threads, kernels.simd, qk.simd,
               bandwidth / 1e9);
   constexpr int kTokens[] = {1, 2, 4, 8, 9, 64};
