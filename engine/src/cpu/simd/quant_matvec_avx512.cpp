@@ -27,7 +27,6 @@ inline float hsum512(__m512 v) {
 // all T tokens, and each token's sum starts from -128 sum(q_x), once per block for all R rows.
 struct Q8_0Tile512 {
   static constexpr int kRows = 4, kTokens = 4;
-  static constexpr bool kDecodeInTiles = true;
 
   // acc[i][t] += the products of blocks k and k + 1, or (the last of an odd count) of block k
   // alone in lanes 0-7.
@@ -137,7 +136,6 @@ inline void store_quads(const __m512 (&quad)[R][QA], const __m128 (&single)[R][S
 template <class Block>
 struct QK4Tile512 {
   static constexpr int kRows = 2, kTokens = 8;
-  static constexpr bool kDecodeInTiles = false;
   static constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
 
   template <int R, int T>
@@ -245,7 +243,6 @@ struct QK4Tile512 {
 // lane one 16-weight sub-block; the 2-bit highs come from qh shifted per 256-bit half.
 struct Q6KTile512 {
   static constexpr int kRows = 2, kTokens = 4;
-  static constexpr bool kDecodeInTiles = false;
 
   template <int R, int T>
   static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {

@@ -68,7 +68,6 @@ inline void prefetch_next_rows(const Block* const (&b)[R], int64_t k, size_t row
 template <class Isa>
 struct Q8_0Tile {
   static constexpr int kRows = 2, kTokens = 2;  // 2 x 2 x 2 accumulators fit the 16 ymm registers
-  static constexpr bool kDecodeInTiles = true;
 
   template <int R, int T>
   static void add_block(const BlockQ8_0* const (&b)[R], int64_t k, const Q8Activations* x, __m256 (&acc)[R][T]) {
@@ -127,14 +126,16 @@ void token_groups(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Acti
 }
 
 // A QuantMatmulRowsFn from a register tile: Tile::kRows rows by Tile::kTokens tokens at a time,
-// single rows for the remainder. One token (decode) goes row by row unless the tile asks for
-// its rows together (kDecodeInTiles): one row is one sequential stream, and a 96-141 MB
-// Q4_K/Q6_K matrix streamed 1.2-1.6x faster on one thread than two interleaved rows.
+// single rows for the remainder. One token (decode) goes row by row, every format: one row is
+// one sequential stream. Interleaved rows are as many streams too short for the hardware
+// prefetcher: a 96-141 MB Q4_K/Q6_K matrix streamed 1.2-1.6x faster on one thread as single
+// rows than as two interleaved ones, and on a 2-core Zen 5 the Q8_0 tiles' 4 rows (AVX-512) or
+// 2 (AVX2) decoded the 0.5B shape at 33-41 ms/token on one thread where single rows take 21-30.
 template <class Tile>
 void matmul_tiled(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
                   const Q8Activations* x, int n, float* y, int64_t ldy) {
   int64_t r = row_begin;
-  if (n > 1 || Tile::kDecodeInTiles)
+  if (n > 1)
     for (; r + Tile::kRows <= row_end; r += Tile::kRows)
       token_groups<Tile, Tile::kRows, Tile::kTokens>(w + r * row_bytes, row_bytes, cols, x, n, y + (r - row_begin), ldy);
   for (; r < row_end; ++r)
@@ -163,7 +164,6 @@ inline __m256i q4_k_scales_mins(const uint8_t* packed) {
 template <class Isa, class Block, int Rows = 2, int Tokens = 2>
 struct QK4Tile {
   static constexpr int kRows = Rows, kTokens = Tokens;
-  static constexpr bool kDecodeInTiles = false;
   static constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
 
   template <int R, int T>
@@ -249,7 +249,6 @@ inline __m256i bit_bytes(uint32_t bits, __m256i value) {
 template <class Isa, class Block, int Rows = 2, int Tokens = 2>
 struct Q32Tile {
   static constexpr int kRows = Rows, kTokens = Tokens;
-  static constexpr bool kDecodeInTiles = false;
 
   template <int R, int T>
   static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
@@ -311,7 +310,6 @@ struct Q32Tile {
 template <class Isa, int Rows = 2, int Tokens = 2>
 struct Q6KTile {
   static constexpr int kRows = Rows, kTokens = Tokens;
-  static constexpr bool kDecodeInTiles = false;
 
   template <int R, int T>
   static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
