@@ -13,7 +13,7 @@ namespace {
 struct Avx512 {
   using V = __m512;
   static constexpr int width = 16;
-  static constexpr int decode_rows = 4;
+  static constexpr int decode_rows = 1;  // one stream: 4 interleaved rows decoded the 0.5B bf16 shape 28% slower (Zen 5)
   static constexpr int tile_rows = 4;
   static constexpr int tile_tokens = 4;
   static constexpr int prefetch_bytes = 4096;  // ahead in the same row stream
