@@ -182,6 +182,11 @@ TEST_CASE("RUNAHEAD_SIMD picks a table or names the ones available") {
 TEST_CASE("thread pool ranges cover every index once, on aligned bounds") {
   CHECK(default_threads() >= 1);
   CHECK(default_threads() <= usable_cpus());
+  // A small model (the embedded one is 23 MB) decodes on one thread; a large one on every core.
+  CHECK(default_threads(size_t(23) << 20) == 1);
+  CHECK(default_threads(size_t(0)) == 1);
+  CHECK(default_threads(size_t(1) << 40) == default_threads());
+  CHECK(default_threads(2 * kBytesPerThread) == std::min(2, default_threads()));
   for (int threads : {1, 2, 3, 5}) {
     ThreadPool pool(threads);
     for (int64_t n : {0, 1, 15, 16, 100, 1001}) {

@@ -31,7 +31,7 @@ class CpuBackend final : public Backend {
         c_(checked_config(*w_)),
         kernels_(select_kernels()),
         quant_kernels_(select_quant_kernels()),
-        pool_(options.threads > 0 ? options.threads : default_threads()),
+        pool_(options.threads > 0 ? options.threads : default_threads(w_->weight_bytes)),
         capacity_(options.context_length > 0
                       ? options.context_length
                       : std::min(c_.max_position_embeddings > 0 ? c_.max_position_embeddings : 4096,

@@ -30,6 +30,7 @@ bool spin(Ready ready) {
       RUNAHEAD_PAUSE();
     }
     if (std::chrono::steady_clock::now() > until) return ready();
+    std::this_thread::yield();
   }
 }
 

@@ -47,4 +47,8 @@ int default_threads() {
   return std::max(1, int(cores.size()));
 }
 
+int default_threads(size_t weight_bytes) {
+  return int(std::clamp<size_t>(weight_bytes / kBytesPerThread, 1, size_t(default_threads())));
+}
+
 }  // namespace runahead

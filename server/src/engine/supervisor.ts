@@ -241,7 +241,7 @@ export class EngineSupervisor extends EventEmitter {
     try {
       const warnings: string[] = [];
       const draft = draftModelFor(settings, model.path);
-      // RUNAHEAD_THREADS overrides the engine's choice (one per physical core), for benchmarks on a shared machine.
+      // RUNAHEAD_THREADS overrides the engine's choice (one per physical core, fewer for a small model), for benchmarks on a shared machine.
       const base: LoadOptions = { backend: settings.backend, threads: Number(process.env.RUNAHEAD_THREADS ?? 0) || 0, context_length: 0, ...requireOptions(settings) };
       const spec = speculationOptions(settings, draft, hello.capabilities.speculation ?? [], warnings);
       const onProgress = (p: { stage: string; done: number; total: number }) => {
