@@ -30,6 +30,8 @@ bool spin(Ready ready) {
       RUNAHEAD_PAUSE();
     }
     if (std::chrono::steady_clock::now() > until) return ready();
+    // The thread we wait for may share this core (the scheduler puts a woken thread beside
+    // its waker): without yielding, it ran only when our time slice ended.
     std::this_thread::yield();
   }
 }
