@@ -315,7 +315,12 @@ TEST_CASE("quant: every kernel table quantizes activations as Q8Activations::qua
     CHECK(got.qk == want.qk);
     CHECK(got.bsum16 == want.bsum16);
     CHECK(got.bsum32 == want.bsum32);
+    CHECK(got.qk_pairs == want.qk_pairs);
   }
+  // Sub-blocks 0 2 1 3 4 6 5 7 of each 256: the 512-bit Q4_K tile's pairs.
+  for (int64_t b = 0; b < cols; b += 256)
+    for (int j = 0; j < 8; ++j)
+      for (int l = 0; l < 32; ++l) CHECK(want.qk_pairs[b + 32 * j + l] == want.qk[b + 32 * kQkPairOrder[j] + l]);
   // quantize_row_q8_K_ref: iscale = -127 / (the first element of largest |x|), d = 1 / iscale.
   CHECK(want.dk[2] == 1 / (-127.f / -3.0f));
   CHECK(want.qk[520] == -127);

@@ -43,7 +43,10 @@ for (const [shape, quant] of cases) {
     const report = JSON.parse(execFileSync(engine, ['bench', '--model', file, '--ctx', String(ctx), '--tokens', String(tokens), '--threads', String(threads), '--json'], { encoding: 'utf8', maxBuffer: 1 << 24 }));
     ours.decode.push(report.decode_ms_per_token);
     ours.prefill.push(report.prefill_tokens_per_s);
-    Object.assign(ours, { bound: report.bound_ms_per_token, bandwidth: report.read_bandwidth_gb_s, bytes: report.weight_bytes, simd: report.optimizations?.quantized_simd ?? report.simd });
+    // The strictest bound of the rounds: the fastest sweep this shared machine gave.
+    if (!ours.bound || report.bound_ms_per_token < ours.bound)
+      Object.assign(ours, { bound: report.bound_ms_per_token, bandwidth: report.read_bandwidth_gb_s });
+    Object.assign(ours, { bytes: report.weight_bytes, simd: report.optimizations?.quantized_simd ?? report.simd });
     const run = await peer.generate(prompt, tokens, []);
     theirs.decode.push(run.decode_ms_per_token);
     theirs.prefill.push((1000 * run.prompt_tokens) / run.prefill_ms);

@@ -1,3 +1,4 @@
+#include <cstring>
 #include "cpu/quant_kernels.h"
 
 #include <algorithm>
@@ -61,7 +62,14 @@ void Q8Activations::quantize(const float* x, int64_t n, unsigned blocks) {
       }
       for (int j = 0; j < 8; ++j) bsum32[8 * b + j] = int16_t(bsum16[16 * b + 2 * j] + bsum16[16 * b + 2 * j + 1]);
     }
+    pair_sub_blocks(*this);
   }
+}
+
+void pair_sub_blocks(Q8Activations& xq) {
+  xq.qk_pairs.resize(xq.qk.size());
+  for (size_t b = 0; b < xq.qk.size(); b += 256)
+    for (int j = 0; j < 8; ++j) std::memcpy(&xq.qk_pairs[b + 32 * j], &xq.qk[b + 32 * kQkPairOrder[j]], 32);
 }
 
 void quantize_activations(Q8Activations& xq, const float* x, int64_t cols, unsigned blocks) {

@@ -25,6 +25,7 @@ inline unsigned activation_blocks(QuantType t) { return quant_format(t).block_el
 // of largest magnitude, so dk may be negative); bsum16/bsum32: sums of qk per 16 and per 32.
 // Integer sub-block scales then apply to integer sums (K-quant kernels add sc_j * dot_j in
 // int32 and scale once per 256), which is both llama.cpp's arithmetic and its speed.
+inline constexpr int kQkPairOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
 struct Q8Activations {
   int64_t cols = 0;
   std::vector<float> d;
@@ -33,6 +34,9 @@ struct Q8Activations {
   std::vector<float> dk;
   std::vector<int8_t> qk;
   std::vector<int16_t> bsum16, bsum32;
+  // qk with each 256-block's 32-value sub-blocks in the order 0 2 1 3 4 6 5 7 (kQkPairOrder):
+  // the pairs a 512-bit Q4_K/Q5_K tile multiplies at once, one 64-byte load each.
+  std::vector<int8_t> qk_pairs;
 
   // Quantizes x[0..cols) into the blocks asked for (cols a multiple of 32, and of 256 for
   // kBlocks256; a width that is not is skipped); reuses the buffers.
@@ -62,6 +66,8 @@ using QuantizeActivationsFn = void (*)(Q8Activations& xq, const float* x, int64_
 
 // Q8Activations::quantize as a table entry: the portable and AVX2 tables' quantizer.
 void quantize_activations(Q8Activations& xq, const float* x, int64_t cols, unsigned blocks);
+// Fills xq.qk_pairs from xq.qk (every quantizer ends its Q8_K blocks with it).
+void pair_sub_blocks(Q8Activations& xq);
 
 struct QuantKernels {
   const char* simd;  // "avx512-vnni", "avx2", "portable"

@@ -208,8 +208,7 @@ struct QK4Tile512 {
         }
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
-          const int8_t* xq = &x[t].qk[256 * k + 32 * j];
-          const __m512i xv = _mm512_inserti64x4(_mm512_castsi256_si512(simd::load32(xq)), simd::load32(xq + 64), 1);
+          const __m512i xv = _mm512_loadu_si512(&x[t].qk_pairs[256 * k + 64 * v]);  // sub-blocks j, j + 2
 #pragma GCC unroll 8
           for (int i = 0; i < R; ++i)
             sumi[i][t] = _mm512_dpwssd_epi32(sumi[i][t], _mm512_maddubs_epi16(qv[i], xv), sc[i]);
@@ -360,6 +359,7 @@ void quantize_activations_512(Q8Activations& xq, const float* x, int64_t n, unsi
         xq.bsum32[8 * b + j] = int16_t(xq.bsum16[16 * b + 2 * j] + xq.bsum16[16 * b + 2 * j + 1]);
       xq.dk[b] = amax ? 1 / iscale : 0.f;
     }
+    pair_sub_blocks(xq);
   }
 }
 
