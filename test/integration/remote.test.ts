@@ -130,7 +130,8 @@ describe('remote: Runahead engine behind an OpenAI-compatible server', function 
     const ctl = new AbortController();
     const closed = server.nextEarlyClose();
     const started = performance.now();
-    const pending = s.complete(request({ maxTokens: 2000, signal: ctl.signal, prefix: 'x = 1\n' }), () => ctl.abort());
+    // No suffix, so the model writes to max_tokens and the cancel always comes mid-stream.
+    const pending = s.complete(request({ maxTokens: 2000, signal: ctl.signal, prefix: 'x = 1\n', suffix: '' }), () => ctl.abort());
     const r = await within(5000, 'cancelled completion', pending);
     await within(2000, 'server seeing the close', closed);
     assert.equal(r.finish, 'cancelled');
@@ -145,7 +146,9 @@ describe('remote: Runahead engine behind an OpenAI-compatible server', function 
     const s = keyed();
     await readyStatus(s);
     const closed = server.nextEarlyClose();
-    const r = await within(10000, 'completion', s.complete(request({ maxTokens: 2000, enough: (t) => t.length > 0 })));
+    // No suffix: the embedded model then writes to max_tokens, so the client's close always comes
+    // mid-stream (with the default suffix it answers 2 tokens, which a fast engine sent before it).
+    const r = await within(10000, 'completion', s.complete(request({ suffix: '', maxTokens: 2000, enough: (t) => t.length > 0 })));
     assert.equal(r.finish, 'enough');
     assert.ok(r.ok);
     assert.ok(r.text.length > 0);
