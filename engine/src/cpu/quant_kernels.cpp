@@ -1,8 +1,8 @@
-#include <cstring>
 #include "cpu/quant_kernels.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 

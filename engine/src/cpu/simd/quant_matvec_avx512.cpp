@@ -167,6 +167,7 @@ struct QK4Tile512 {
         for (int t = 0; t < T; ++t) sumi[i][t] = _mm512_setzero_si512();
       }
       // The mins: -dmin d_x sum_j m_j bsum_j, in int32 per pair of sub-blocks.
+      __m512 dk[Q > 0 ? Q : 1];  // each quad's d_x, for the mins and the sums
 #pragma GCC unroll 2
       for (int q = 0; q < Q; ++q) {
         const Q8Activations* xt = x + 4 * q;
@@ -174,11 +175,11 @@ struct QK4Tile512 {
         bsum = _mm512_inserti32x4(bsum, load16(&xt[1].bsum32[8 * k]), 1);
         bsum = _mm512_inserti32x4(bsum, load16(&xt[2].bsum32[8 * k]), 2);
         bsum = _mm512_inserti32x4(bsum, load16(&xt[3].bsum32[8 * k]), 3);
-        const __m512 dk = per_token_lanes(xt[0].dk[k], xt[1].dk[k], xt[2].dk[k], xt[3].dk[k]);
+        dk[q] = per_token_lanes(xt[0].dk[k], xt[1].dk[k], xt[2].dk[k], xt[3].dk[k]);
 #pragma GCC unroll 8
         for (int i = 0; i < R; ++i) {
           const __m512 m = _mm512_cvtepi32_ps(_mm512_madd_epi16(_mm512_broadcast_i32x4(mins[i]), bsum));
-          quad[i][q] = _mm512_fnmadd_ps(m, _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b[i][k].dmin)), dk), quad[i][q]);
+          quad[i][q] = _mm512_fnmadd_ps(m, _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b[i][k].dmin)), dk[q]), quad[i][q]);
         }
       }
 #pragma GCC unroll 4
@@ -216,16 +217,13 @@ struct QK4Tile512 {
       }
       // d d_x sum_j sc_j dot_j.
 #pragma GCC unroll 2
-      for (int q = 0; q < Q; ++q) {
-        const Q8Activations* xt = x + 4 * q;
-        const __m512 dk = per_token_lanes(xt[0].dk[k], xt[1].dk[k], xt[2].dk[k], xt[3].dk[k]);
+      for (int q = 0; q < Q; ++q)
 #pragma GCC unroll 8
         for (int i = 0; i < R; ++i) {
           const __m512i s = fold_quad(sumi[i][4 * q], sumi[i][4 * q + 1], sumi[i][4 * q + 2], sumi[i][4 * q + 3]);
           quad[i][q] =
-              _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b[i][k].d)), dk), quad[i][q]);
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b[i][k].d)), dk[q]), quad[i][q]);
         }
-      }
 #pragma GCC unroll 4
       for (int s = 0; s < S; ++s)
 #pragma GCC unroll 8
