@@ -5,7 +5,7 @@
 // tables equal to that JSON. The webview must log no CSP violation or error.
 // One code-server start. Screenshots: test/artifacts/e2e/benchmark/.
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, readFileSync } from 'node:fs';
+import { cpSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { installExtension, makeRunDir, repoRoot, startCodeServer, stopRun } from './codeServer.mjs';
 import { prepareSuite } from './suite.mjs';
@@ -106,8 +106,17 @@ describe('Benchmark from the command palette (code-server + headless Chromium)',
     assert.match(await path.inputValue(), /runahead-benchmark\.json$/);
     await wb.page.keyboard.press('Enter');
     const file = join(run.workspace, 'runahead-benchmark.json');
-    for (let i = 0; i < 100 && !existsSync(file); i++) await sleep(100);
-    const result = JSON.parse(readFileSync(file, 'utf8'));
+    // The file appears before its last byte is written (the save goes through code-server's file service), so
+    // wait until it holds a whole JSON document, for up to 10 s.
+    let result;
+    for (let i = 0; i < 100 && result === undefined; i++) {
+      try {
+        result = JSON.parse(readFileSync(file, 'utf8'));
+      } catch (e) {
+        if (i === 99) throw new Error(`${file} never held a whole JSON document: ${e.message}`);
+        await sleep(100);
+      }
+    }
 
     const fim = result.results.find((w) => w.workload === 'fim');
     assert.deepEqual(result.results.map((w) => w.workload), ['fim']);
