@@ -1,6 +1,8 @@
 // Every SIMD kernel table this CPU can run, against the portable one and a double reference.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -200,4 +202,28 @@ TEST_CASE("thread pool ranges cover every index once, on aligned bounds") {
       for (int h : hits) REQUIRE(h == 3);
     }
   }
+}
+
+TEST_CASE("a slow thread holds up no one: the others take the rest of its range") {
+  // The worker's chunks take 5 ms each (a vCPU whose core is busy elsewhere), the caller's none:
+  // with static halves the caller would wait ~16 chunks x 5 ms. It takes the worker's chunks
+  // from the back instead, and each index still runs exactly once.
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  const int64_t n = 32 * 64;
+  std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+  std::atomic<int64_t> by_caller{0}, by_worker{0};
+  pool.for_range(n, 16, [&](int64_t begin, int64_t end) {
+    CHECK(begin % 16 == 0);
+    for (int64_t i = begin; i < end; ++i) hits[size_t(i)]++;
+    if (std::this_thread::get_id() == caller) {
+      by_caller += end - begin;
+    } else {
+      by_worker += end - begin;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  for (const auto& h : hits) REQUIRE(h.load() == 1);
+  CHECK(by_caller + by_worker == n);
+  CHECK(by_caller > 3 * n / 4);
 }

@@ -11,7 +11,8 @@ double read_bandwidth(ThreadPool& pool, size_t bytes, int passes) {
   const int64_t n = int64_t(bytes / sizeof(float));
   std::unique_ptr<float[]> buffer(new float[size_t(n)]);
   // Each thread first touches its own slice, so pages sit where that thread reads them.
-  pool.for_range(n, 1024, [&](int64_t begin, int64_t end) {
+  pool.run([&](int thread) {
+    auto [begin, end] = pool.split(n, 1024, thread);
     std::fill(buffer.get() + begin, buffer.get() + end, 1.0f);
   });
   std::vector<float> sums(size_t(pool.size()));

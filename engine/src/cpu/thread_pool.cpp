@@ -44,7 +44,7 @@ void await_change(const std::atomic<T>& value, T old) {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
+ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)), shares_(size_t(threads_)) {
   for (int t = 1; t < threads_; ++t) workers_.emplace_back([this, t] { worker(t); });
 }
 
@@ -60,6 +60,39 @@ std::pair<int64_t, int64_t> ThreadPool::split(int64_t n, int64_t align, int thre
   int64_t begin = blocks * thread / threads_ * align;
   int64_t end = blocks * (thread + 1) / threads_ * align;
   return {std::min(begin, n), std::min(end, n)};
+}
+
+bool ThreadPool::take(int thread, int64_t chunk, int64_t& b0, int64_t& b1) {
+  std::atomic<uint64_t>& own = shares_[size_t(thread)].blocks;
+  for (uint64_t s = own.load(std::memory_order_acquire);;) {
+    const int64_t front = int64_t(s >> 32), back = int64_t(s & 0xFFFFFFFFu);
+    if (front >= back) break;
+    const int64_t end = std::min(front + chunk, back);
+    if (own.compare_exchange_weak(s, pack(end, back), std::memory_order_acq_rel, std::memory_order_acquire)) {
+      b0 = front, b1 = end;
+      return true;
+    }
+  }
+  for (;;) {
+    int victim = -1;
+    int64_t most = 0;
+    for (int t = 0; t < threads_; ++t) {
+      const uint64_t s = shares_[size_t(t)].blocks.load(std::memory_order_acquire);
+      const int64_t left = int64_t(s & 0xFFFFFFFFu) - int64_t(s >> 32);
+      if (left > most) most = left, victim = t;
+    }
+    if (victim < 0) return false;
+    std::atomic<uint64_t>& share = shares_[size_t(victim)].blocks;
+    uint64_t s = share.load(std::memory_order_acquire);
+    const int64_t front = int64_t(s >> 32), back = int64_t(s & 0xFFFFFFFFu);
+    if (front >= back) continue;
+    // At most half of what is left, so the owner, already streaming its front, keeps the rest.
+    const int64_t start = back - std::max<int64_t>(1, std::min(chunk, (back - front) / 2));
+    if (share.compare_exchange_strong(s, pack(front, start), std::memory_order_acq_rel, std::memory_order_acquire)) {
+      b0 = start, b1 = back;
+      return true;
+    }
+  }
 }
 
 void ThreadPool::dispatch(Trampoline call, void* fn) {
