@@ -10,7 +10,13 @@ struct Avx2Dot {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
   }
   // acc + the int16 pairs of a times b, summed to int32.
-  static __m256i madd_acc(__m256i acc, __m256i a, __m256i b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+  // The empty asm keeps each sum a running total: GCC otherwise reassociates the integer adds of
+  // a fully unrolled block into a tree, computing every product first and spilling them.
+  static __m256i madd_acc(__m256i acc, __m256i a, __m256i b) {
+    __m256i sum = _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+    asm("" : "+x"(sum));
+    return sum;
+  }
 };
 
 }  // namespace

@@ -161,7 +161,7 @@ inline __m256i q4_k_scales_mins(const uint8_t* packed) {
 // int32 (u8 x s8 pairs by vpmaddubsw, then times the 16-bit scale and summed by
 // Isa::madd_acc), minus sum_j m_j bsum_j; the two scaled by d d_x and dmin d_x. Each (row,
 // token) gets the same operations in the same order whatever R, T and n are.
-template <class Isa, class Block, int Rows = 2, int Tokens = 2>
+template <class Isa, class Block, int Rows = 2, int Tokens = 4>
 struct QK4Tile {
   static constexpr int kRows = Rows, kTokens = Tokens;
   static constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
@@ -193,30 +193,26 @@ struct QK4Tile {
           sumi[i][t] = _mm256_setzero_si256();
         }
       }
-#pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) {
-        __m256i q[R][2], sc[R][2];
+      // One 32-weight sub-block at a time (the low nibbles of 32 bytes, then their high ones):
+      // R x T sums, R unpacked rows, R scales and one token's activations stay in the 16 ymm
+      // registers of AVX2; both halves of a 64-weight group at once spilled every group.
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const int g = j / 2, h = j % 2;
+        __m256i q[R], sc[R];
 #pragma GCC unroll 8
         for (int i = 0; i < R; ++i) {
           const __m256i bytes = load32(b[i][k].qs + 32 * g);
-          q[i][0] = _mm256_and_si256(bytes, low4);
-          q[i][1] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-          if constexpr (kFifthBit) {
-            const __m256i qh = load32(b[i][k].qh);
-            q[i][0] = _mm256_or_si256(q[i][0], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
-            q[i][1] = _mm256_or_si256(q[i][1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
-          }
-          sc[i][0] = _mm256_shuffle_epi8(scales[i], _mm256_set1_epi16(short(0x0100 + 0x0202 * (2 * g))));
-          sc[i][1] = _mm256_shuffle_epi8(scales[i], _mm256_set1_epi16(short(0x0100 + 0x0202 * (2 * g + 1))));
+          q[i] = _mm256_and_si256(h ? _mm256_srli_epi16(bytes, 4) : bytes, low4);
+          if constexpr (kFifthBit)
+            q[i] = _mm256_or_si256(q[i], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(load32(b[i][k].qh), j), one), 4));
+          sc[i] = _mm256_shuffle_epi8(scales[i], _mm256_set1_epi16(short(0x0100 + 0x0202 * j)));
         }
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
-#pragma GCC unroll 2
-          for (int h = 0; h < 2; ++h) {
-            const __m256i xq = load32(&x[t].qk[256 * k + 64 * g + 32 * h]);
+          const __m256i xq = load32(&x[t].qk[256 * k + 32 * j]);
 #pragma GCC unroll 8
-            for (int i = 0; i < R; ++i) sumi[i][t] = Isa::madd_acc(sumi[i][t], _mm256_maddubs_epi16(q[i][h], xq), sc[i][h]);
-          }
+          for (int i = 0; i < R; ++i) sumi[i][t] = Isa::madd_acc(sumi[i][t], _mm256_maddubs_epi16(q[i], xq), sc[i]);
         }
       }
 #pragma GCC unroll 8
@@ -307,7 +303,7 @@ struct Q32Tile {
 // per block d d_x sum_j sc_j (dot(q, q_x) - 32 bsum_j) in int32, the 16-weight sub-blocks' scales
 // in the two 128-bit halves of each 32-weight product; q unsigned (0..63) for vpmaddubsw, the
 // -32 from the activation sums. Same operations per (row, token) whatever R, T and n are.
-template <class Isa, int Rows = 2, int Tokens = 2>
+template <class Isa, int Rows = 2, int Tokens = 4>
 struct Q6KTile {
   static constexpr int kRows = Rows, kTokens = Tokens;
 
