@@ -1,8 +1,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/half.h"
@@ -372,6 +374,54 @@ TEST_CASE("quant: every kernel table's multi-token rows give each of n = 2..9 an
             REQUIRE(std::fabs(y[tok * rows + r] - ref) <= bound + 1e-5 * mag + 1e-6);
           }
       }
+    }
+  }
+}
+
+TEST_CASE("quant: RUNAHEAD_SIMD picks a quantized table by name; AVX2 with and without VNNI give the same bits") {
+  const auto tables = available_quant_kernels();
+  const auto find = [&](const char* name) -> const QuantKernels* {
+    for (const QuantKernels* k : tables)
+      if (std::string(k->simd) == name) return k;
+    return nullptr;
+  };
+  const QuantKernels* avx2 = find("avx2");
+  const QuantKernels* vnni = find("avx2-vnni");
+  for (const QuantKernels* k : tables) {
+    setenv("RUNAHEAD_SIMD", k->simd, 1);
+    CHECK(&select_quant_kernels() == k);
+  }
+  if (avx2) {
+    setenv("RUNAHEAD_SIMD", "avx2", 1);  // the plain table, though "avx2-vnni" starts with it
+    CHECK(&select_quant_kernels() == avx2);
+  }
+  if (const QuantKernels* k512 = find("avx512-vnni")) {
+    setenv("RUNAHEAD_SIMD", "avx512", 1);
+    CHECK(&select_quant_kernels() == k512);
+  }
+  setenv("RUNAHEAD_SIMD", "avx3", 1);
+  CHECK_THROWS_WITH(select_quant_kernels(), doctest::Contains("avx3"));
+  unsetenv("RUNAHEAD_SIMD");
+  CHECK(&select_quant_kernels() == tables.front());
+  if (!avx2 || !vnni) return;  // this CPU has no AVX-VNNI: nothing to compare
+  const int64_t rows = 37;
+  for (QuantType t : kTypes) {
+    INFO(std::string(quant_format(t).name));
+    const int64_t cols = quant_format(t).block_elems == 256 ? 512 : 480;
+    const auto q = quantize(t, weights(rows * cols, uint64_t(cols) + 3), rows, cols);
+    std::vector<Q8Activations> xq(9);
+    std::mt19937_64 rng(9);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (Q8Activations& a : xq) {
+      std::vector<float> x(cols);
+      for (float& v : x) v = normal(rng);
+      a.quantize(x.data(), cols);
+    }
+    for (int n : {1, 4, 9}) {
+      std::vector<float> a(n * rows), b(n * rows);
+      avx2->rows(t)(q.data(), quant_row_bytes(t, cols), 0, rows, cols, xq.data(), n, a.data(), rows);
+      vnni->rows(t)(q.data(), quant_row_bytes(t, cols), 0, rows, cols, xq.data(), n, b.data(), rows);
+      CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
     }
   }
 }

@@ -28,7 +28,8 @@ const Kernels& select_kernels() {
   if (!wanted || !*wanted) return *tables.front();
   std::string names;
   for (const Kernels* k : tables) {
-    if (wanted == std::string(k->simd)) return *k;
+    // "avx2-vnni" names a quantized table; its float kernels are AVX2's.
+    if (wanted == std::string(k->simd) || std::string(wanted).rfind(std::string(k->simd) + "-", 0) == 0) return *k;
     names += (names.empty() ? "" : ", ") + std::string(k->simd);
   }
   throw EngineError("bad_request",

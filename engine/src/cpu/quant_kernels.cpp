@@ -85,6 +85,7 @@ std::vector<const QuantKernels*> available_quant_kernels() {
   if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
     tables.push_back(&avx512_vnni_quant_kernels());
+  if (avx2 && __builtin_cpu_supports("avxvnni")) tables.push_back(&avx2_vnni_quant_kernels());
   if (avx2) tables.push_back(&avx2_quant_kernels());
 #endif
   tables.push_back(&portable_quant_kernels());
@@ -97,10 +98,11 @@ const QuantKernels& select_quant_kernels() {
   if (!wanted || !*wanted) return *tables.front();
   std::string names;
   for (const QuantKernels* k : tables) {
-    const std::string simd = k->simd;
-    if (wanted == simd || simd.rfind(std::string(wanted) + "-", 0) == 0) return *k;
-    names += (names.empty() ? "" : ", ") + simd;
+    if (wanted == std::string(k->simd)) return *k;
+    names += (names.empty() ? "" : ", ") + std::string(k->simd);
   }
+  for (const QuantKernels* k : tables)
+    if (std::string(k->simd).rfind(std::string(wanted) + "-", 0) == 0) return *k;
   throw EngineError("bad_request", std::string("RUNAHEAD_SIMD=") + wanted + " is not available on this CPU", {},
                     "RUNAHEAD_SIMD", "one of: " + names);
 }

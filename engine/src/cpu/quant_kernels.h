@@ -70,7 +70,7 @@ void quantize_activations(Q8Activations& xq, const float* x, int64_t cols, unsig
 void pair_sub_blocks(Q8Activations& xq);
 
 struct QuantKernels {
-  const char* simd;  // "avx512-vnni", "avx2", "portable"
+  const char* simd;  // "avx512-vnni", "avx2-vnni", "avx2", "portable"
   QuantizeActivationsFn quantize;
   QuantMatmulRowsFn q8_0;
   QuantMatmulRowsFn q4_k;
@@ -99,12 +99,14 @@ struct QuantKernels {
 const QuantKernels& portable_quant_kernels();
 #ifdef RUNAHEAD_X86
 const QuantKernels& avx2_quant_kernels();         // needs AVX2, FMA, F16C
+const QuantKernels& avx2_vnni_quant_kernels();    // needs AVX-VNNI as well
 const QuantKernels& avx512_vnni_quant_kernels();  // needs AVX-512 F/BW/VL and VNNI as well
 #endif
 
 // Every table this CPU can run, best first; the portable one is always last.
 std::vector<const QuantKernels*> available_quant_kernels();
-// The best table, or the one RUNAHEAD_SIMD names ("avx512" picks avx512-vnni). Throws
+// The best table, or the one RUNAHEAD_SIMD names: a table's name, or the part before its
+// "-" ("avx512" picks avx512-vnni; "avx2" is the plain AVX2 table, "avx2-vnni" the other). Throws
 // EngineError{"bad_request"} for a name this CPU cannot run.
 const QuantKernels& select_quant_kernels();
 
