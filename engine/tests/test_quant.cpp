@@ -378,7 +378,7 @@ TEST_CASE("quant: every kernel table's multi-token rows give each of n = 2..9 an
   }
 }
 
-TEST_CASE("quant: RUNAHEAD_SIMD picks a quantized table by name; AVX2 with and without VNNI give the same bits") {
+TEST_CASE("quant: RUNAHEAD_SIMD picks a quantized table by name, and AVX2 with and without VNNI give the same bits") {
   const auto tables = available_quant_kernels();
   const auto find = [&](const char* name) -> const QuantKernels* {
     for (const QuantKernels* k : tables)
