@@ -205,8 +205,8 @@ TEST_CASE("thread pool ranges cover every index once, on aligned bounds") {
 }
 
 TEST_CASE("a slow thread holds up no one: the others take the rest of its range") {
-  // The worker's chunks take 5 ms each (a vCPU whose core is busy elsewhere), the caller's none:
-  // with static halves the caller would wait ~16 chunks x 5 ms. It takes the worker's chunks
+  // The worker's chunks take 10 ms each (a vCPU whose core is busy elsewhere), the caller's none:
+  // with static halves the caller would wait ~16 chunks x 10 ms. It takes the worker's chunks
   // from the back instead, and each index still runs exactly once.
   ThreadPool pool(2);
   const std::thread::id caller = std::this_thread::get_id();
@@ -220,7 +220,7 @@ TEST_CASE("a slow thread holds up no one: the others take the rest of its range"
       by_caller += end - begin;
     } else {
       by_worker += end - begin;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
   for (const auto& h : hits) REQUIRE(h.load() == 1);
