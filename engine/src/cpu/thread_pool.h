@@ -39,14 +39,9 @@ class ThreadPool {
       if (n > 0) fn(int64_t(0), n);
       return;
     }
+    // A share is two 32-bit block indices: a range of more blocks takes bigger ones.
+    while ((n + align - 1) / align > int64_t(UINT32_MAX)) align *= 2;
     const int64_t blocks = (n + align - 1) / align;
-    if (blocks > int64_t(UINT32_MAX)) {  // a share is two 32-bit block indices: split statically
-      run([&](int thread) {
-        auto [begin, end] = split(n, align, thread);
-        if (begin < end) fn(begin, end);
-      });
-      return;
-    }
     const int64_t chunk = std::max<int64_t>(1, blocks / (int64_t(threads_) * kChunksPerShare));
     for (int t = 0; t < threads_; ++t) {
       const int64_t first = blocks * t / threads_, last = blocks * (t + 1) / threads_;

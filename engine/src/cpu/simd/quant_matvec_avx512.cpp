@@ -141,7 +141,7 @@ struct QK4Tile512 {
       for (int s = 0; s < S; ++s) single[i][s] = _mm256_setzero_ps();
     }
     const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
-    const __m256 negate_mins = _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, 0, 0, int(0x80000000), int(0x80000000), int(0x80000000), int(0x80000000)));
+    const __m256 negate_mins = _mm256_setr_ps(0.f, 0.f, 0.f, 0.f, -0.f, -0.f, -0.f, -0.f);  // sign bits, for xor
     const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     const int64_t blocks = cols / 256;
     for (int64_t k = 0; k < blocks; ++k) {
