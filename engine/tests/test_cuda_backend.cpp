@@ -89,9 +89,9 @@ std::vector<double> attention_ref(const std::vector<float>& q, const std::vector
 TEST_CASE("cuda ops: rmsnorm_qkv_rope_append, attention, residual, gate_up_swiglu, lm_head_argmax") {
   if (!have_device()) return;
   std::mt19937 rng(7);
-  const int H = 64, heads = 4, kv_heads = 2, hd = 16, I = 96, V = 200, cap = 80;
+  const int H = 64, heads = 4, kv_heads = 2, hd = 16, I = 96, V = 202, cap = 80;
   const int qd = heads * hd, kvd = kv_heads * hd, rows = qd + 2 * kvd;
-  for (int n : {1, 5}) {
+  for (int n : {1, 3, 5, 9, 17}) {
     CAPTURE(n);
     const int p0 = 37;
     auto x = random_floats(size_t(n) * H, rng);

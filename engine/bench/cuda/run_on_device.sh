@@ -130,11 +130,13 @@ fi
 # model's tokenizer), greedy, each speculation mode; with BASE, the base engine alongside.
 if [ "${DEMO:-1}" = 1 ]; then
   PROMPT=$(cat engine/bench/cuda/code_prompt.ids)
+  MDS=${DEMO_MAX_DRAFT:-default}
+  FIRST_MD=${MDS%% *}  # speculation off runs once, with the first
   # DEMO_MAX_DRAFT="8 16": each speculating mode at each --max-draft too (the base engine may lack the flag).
   for model in engine/models/runahead-coder random:qwen2.5-coder-0.5b random:qwen2.5-coder-1.5b; do
     for spec in off lookup auto; do
-      for md in ${DEMO_MAX_DRAFT:-default}; do
-        [ $spec = off ] && [ "$md" != "${DEMO_MAX_DRAFT%% *}" ] && [ "$md" != default ] && continue
+      for md in $MDS; do
+        [ $spec = off ] && [ "$md" != "$FIRST_MD" ] && continue
         flag=(); [ "$md" != default ] && [ $spec != off ] && flag=(--max-draft "$md")
         for side in this base; do
           bin=$ENGINE; [ $side = base ] && bin=$BUILD-base/runahead-engine
