@@ -72,21 +72,21 @@ struct Q8_0Tile {
   template <int R, int T>
   static void add_block(const BlockQ8_0* const (&b)[R], int64_t k, const Q8Activations* x, __m256 (&acc)[R][T]) {
     __m256i q[R], u[R];
-    float d[R];
+    __m256 d[R];  // each row's scale in every lane: a (row, token) scale is then one vmulps
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       q[i] = load32(b[i][k].qs);
       u[i] = _mm256_sign_epi8(q[i], q[i]);
-      d[i] = _cvtsh_ss(b[i][k].d);
+      d[i] = _mm256_set1_ps(_cvtsh_ss(b[i][k].d));
     }
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m256i xq = load32(&x[t].q[32 * k]);
-      const float xd = x[t].d[k];
+      const __m256 xd = _mm256_broadcast_ss(&x[t].d[k]);
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         const __m256i p = Isa::dot_u8s8(u[i], _mm256_sign_epi8(xq, q[i]));
-        acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d[i] * xd), acc[i][t]);
+        acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(d[i], xd), acc[i][t]);
       }
     }
   }
