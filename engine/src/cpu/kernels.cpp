@@ -1,8 +1,5 @@
-#include <cstdlib>
-#include <string>
-
 #include "cpu/simd/kernels.h"
-#include "model/error.h"
+#include "cpu/simd_select.h"
 
 namespace runahead {
 
@@ -22,19 +19,6 @@ std::vector<const Kernels*> available_kernels() {
   return tables;
 }
 
-const Kernels& select_kernels() {
-  const auto tables = available_kernels();
-  const char* wanted = std::getenv("RUNAHEAD_SIMD");
-  if (!wanted || !*wanted) return *tables.front();
-  std::string names;
-  for (const Kernels* k : tables) {
-    // "avx2-vnni" names a quantized table; its float kernels are AVX2's.
-    if (wanted == std::string(k->simd) || std::string(wanted).rfind(std::string(k->simd) + "-", 0) == 0) return *k;
-    names += (names.empty() ? "" : ", ") + std::string(k->simd);
-  }
-  throw EngineError("bad_request",
-                    std::string("RUNAHEAD_SIMD=") + wanted + " is not available on this CPU",
-                    {}, "RUNAHEAD_SIMD", "one of: " + names);
-}
+const Kernels& select_kernels() { return select_simd_table(available_kernels()); }
 
 }  // namespace runahead

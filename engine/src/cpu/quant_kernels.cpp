@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <cstdlib>
-#include <string>
 
-#include "model/error.h"
+#include "cpu/simd_select.h"
 #include "model/half.h"
 
 namespace runahead {
@@ -92,19 +90,6 @@ std::vector<const QuantKernels*> available_quant_kernels() {
   return tables;
 }
 
-const QuantKernels& select_quant_kernels() {
-  const auto tables = available_quant_kernels();
-  const char* wanted = std::getenv("RUNAHEAD_SIMD");
-  if (!wanted || !*wanted) return *tables.front();
-  std::string names;
-  for (const QuantKernels* k : tables) {
-    if (wanted == std::string(k->simd)) return *k;
-    names += (names.empty() ? "" : ", ") + std::string(k->simd);
-  }
-  for (const QuantKernels* k : tables)
-    if (std::string(k->simd).rfind(std::string(wanted) + "-", 0) == 0) return *k;
-  throw EngineError("bad_request", std::string("RUNAHEAD_SIMD=") + wanted + " is not available on this CPU", {},
-                    "RUNAHEAD_SIMD", "one of: " + names);
-}
+const QuantKernels& select_quant_kernels() { return select_simd_table(available_quant_kernels()); }
 
 }  // namespace runahead
