@@ -4,6 +4,8 @@
 #ifdef RUNAHEAD_CUDA
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -59,6 +61,22 @@ inline std::unique_ptr<CudaBackend> backend_on(const char* persistent, std::shar
   auto b = make_cuda_backend(std::move(w), o);
   unsetenv("RUNAHEAD_CUDA_PERSISTENT");
   return b;
+}
+
+inline int32_t argmax_row(const std::vector<float>& v, size_t row, size_t width) {
+  return int32_t(std::max_element(v.begin() + row * width, v.begin() + (row + 1) * width) - v.begin() - row * width);
+}
+
+// max |a - b| over max |b|
+inline double relative_max(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(std::isfinite(a[i]));
+    worst = std::max(worst, double(std::abs(a[i] - b[i])));
+    scale = std::max(scale, double(std::abs(b[i])));
+  }
+  return worst / scale;
 }
 
 template <class T> cuda::DeviceBuffer to_device(const std::vector<T>& v) {

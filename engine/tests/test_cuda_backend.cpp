@@ -240,7 +240,7 @@ TEST_CASE("cuda ops: embedding_lookup and matvec in f16 and f32") {
   for (size_t i = 0; i < table.size(); ++i) table16[i] = f32_to_f16(table[i]), table[i] = f16_to_f32(table16[i]);
   const std::vector<int32_t> tokens = {7, 0, 49};
   DeviceBuffer dtable = to_device(table16), dtok = to_device(tokens), dx(size_t(n) * H * 4);
-  embedding_lookup(dtable.get(), DType::F16, H, dtok.get<int32_t>(), n, dx.get<float>(), nullptr);
+  embedding_lookup(dtable.get(), DType::F16, nullptr, H, dtok.get<int32_t>(), n, dx.get<float>(), nullptr);
   auto x = to_host<float>(dx, size_t(n) * H);
   for (int t = 0; t < n; ++t)
     for (int i = 0; i < H; ++i) REQUIRE(x[t * H + i] == table[tokens[t] * H + i]);

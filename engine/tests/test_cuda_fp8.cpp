@@ -34,22 +34,6 @@ namespace {
 
 const fs::path kModels = fs::path(RUNAHEAD_FIXTURES) / "models";
 
-int32_t argmax_row(const std::vector<float>& v, size_t row, size_t width) {
-  return int32_t(std::max_element(v.begin() + row * width, v.begin() + (row + 1) * width) - v.begin() - row * width);
-}
-
-// max |a - b| over max |b|
-double relative_max(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0, scale = 1e-30;
-  for (size_t i = 0; i < a.size(); ++i) {
-    REQUIRE(std::isfinite(a[i]));
-    worst = std::max(worst, double(std::abs(a[i] - b[i])));
-    scale = std::max(scale, double(std::abs(b[i])));
-  }
-  return worst / scale;
-}
-
 }  // namespace
 
 TEST_CASE("cuda fp8: the device quantizer gives the host format's bytes and scales") {

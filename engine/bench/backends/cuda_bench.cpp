@@ -37,6 +37,7 @@ struct CudaBenchArgs {
   int ctx = 512, tokens = 256, prefill = 2048, reps = 200;
   bool json = false;
   bool fp8_matrices = false, fp8_lm_head = false;  // --weights fp8, --lm-head fp8 (the load options)
+  bool q8_0 = false;  // --weights q8_0: every matrix quantized to Q8_0 on the host, run as stored
   std::string agreement;  // --agreement FILE: token ids (separated by commas or whitespace) of real text
   std::string timeline;   // --timeline FILE: token ids of a prompt for the step loop's timeline
   std::string speculation = "off,lookup,auto";  // --speculation: the modes --timeline runs
@@ -44,7 +45,7 @@ struct CudaBenchArgs {
 
 constexpr const char* kUsage =
     "usage: runahead-engine bench --backend cuda (--model DIR | --random-shape qwen2.5-coder-0.5b|1.5b|7b)\n"
-    "                             [--ctx N] [--tokens N] [--prefill N] [--reps N] [--weights auto|fp8]\n"
+    "                             [--ctx N] [--tokens N] [--prefill N] [--reps N] [--weights auto|fp8|q8_0]\n"
     "                             [--lm-head auto|fp8] [--agreement IDS_FILE] [--json]\n"
     "                             [--timeline IDS_FILE [--speculation off,lookup,auto]]\n"
     "--agreement: instead of timing, the top-1 agreement of the fp8 options with the model as stored,\n"
@@ -85,8 +86,12 @@ CudaBenchArgs parse(int argc, char** argv) {
     else if (arg == "--speculation") a.speculation = value(i);
     else if (arg == "--weights" || arg == "--lm-head") {
       const std::string v = value(i);
-      if (v != "auto" && v != "fp8") throw std::invalid_argument(arg + " expects auto or fp8, got '" + v + "'");
+      const bool q8_0 = arg == "--weights" && v == "q8_0";
+      if (v != "auto" && v != "fp8" && !q8_0)
+        throw std::invalid_argument(arg + " expects auto or fp8" + (arg == "--weights" ? " or q8_0" : "") + ", got '" +
+                                    v + "'");
       (arg == "--weights" ? a.fp8_matrices : a.fp8_lm_head) = v == "fp8";
+      if (arg == "--weights") a.q8_0 = q8_0;
     } else throw std::invalid_argument("unknown argument '" + arg + "'");
   }
   if (a.model.empty() == a.random_shape.empty())
@@ -174,7 +179,9 @@ nlohmann::json profile_decode_ops(CudaBackend& backend, int reps) {
   StepParts& p = backend.step_parts();
   const ModelWeights& w = p.weights();
   const ModelConfig& c = w.config;
-  const size_t es = dtype_size(p.layer_dtype()), head_es = dtype_size(p.head_dtype());
+  // Bytes a weight: Q8_0's f16 scale spread over its block of 32.
+  const auto element = [](DType d) { return d == DType::Q8_0 ? 34.0 / 32.0 : double(dtype_size(d)); };
+  const double es = element(p.layer_dtype()), head_es = element(p.head_dtype());
   const int L = c.num_layers, H = c.hidden_size, I = c.intermediate_size;
   const int qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
   struct Family {
@@ -303,11 +310,13 @@ nlohmann::json profile_prefill_ops(CudaBackend& backend, int n) {
 }
 
 // Bytes of weights a decode step reads as the device keeps them: the layers' matrices and
-// lm_head in their device dtypes (an fp8 matrix adds a 4-byte scale per row), norms and
+// lm_head in their device dtypes (an fp8 matrix adds a 4-byte scale per row; Q8_0 is read as
+// stored; a block format the device widens is counted as its bf16), norms and
 // biases as stored; the embedding row is left out, as ModelWeights::weight_bytes leaves it.
 double device_weight_bytes(const ModelWeights& w, StepParts& p) {
   const auto matrix = [](const Tensor& t, DType d) {
-    return d == DType::F8_E4M3 ? double(t.numel()) + 4.0 * double(t.rows()) : double(t.nbytes());
+    if (d == DType::F8_E4M3) return double(t.numel()) + 4.0 * double(t.rows());
+    return d == t.dtype ? double(t.nbytes()) : double(t.numel()) * double(dtype_size(d));  // widened to d
   };
   double bytes = matrix(w.lm_head, p.head_dtype()) + double(w.final_norm.nbytes());
   for (const LayerWeights& l : w.layers)
@@ -416,6 +425,7 @@ nlohmann::json bench(const CudaBenchArgs& a) {
   if (!cuda_available()) throw EngineError("cuda_error", "no CUDA device is available");
   if (!a.timeline.empty()) return timeline(a);
   auto weights = std::make_shared<ModelWeights>(a.model.empty() ? random_model(a.random_shape) : load_model(a.model));
+  if (a.q8_0) weights = std::make_shared<ModelWeights>(quantize_matrices(*weights, QuantType::Q8_0));
   if (!a.agreement.empty()) return agreement(a, with_bf16_matrices(weights));
   const ModelConfig& c = weights->config;
   const double bandwidth = copy_bandwidth(size_t(2) << 30);

@@ -12,7 +12,7 @@
 #   cp -r /usr/share/cmake/nlohmann_json .devdeps/share/cmake/ && cp -r /usr/lib/cmake/doctest .devdeps/lib/cmake/
 #   sed -i 's|set(_IMPORT_PREFIX "/usr")|get_filename_component(_IMPORT_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)|' \
 #     .devdeps/lib/cmake/doctest/doctestTargets.cmake
-# Switches: SHAPES, FP8, PER_OP_COMPARE, DEMO, DEMO_MAX_DRAFT, TIMELINE, NCU, SKIP_SANITIZER, ALL_TESTS, GOLDENS, BASE (see below).
+# Switches: SHAPES, FP8, Q8_0, PER_OP_COMPARE, DEMO, DEMO_MAX_DRAFT, TIMELINE, NCU, SKIP_SANITIZER, ALL_TESTS, GOLDENS, BASE (see below).
 # GOLDENS=1 first writes the transformers goldens of the newer architectures (qwen3, llama3) into
 # test/fixtures/models/ with test/fixtures/make_fixtures.py --only (they come back in $OUT/fixtures/).
 # BASE=<commit> (e.g. BASE=HEAD~3) also builds that commit (git worktree, or BASE_SRC below, in $BUILD-base)
@@ -89,6 +89,16 @@ if [ "${FP8:-1}" = 1 ]; then
     timeout 60 "$ENGINE" bench --backend cuda --model engine/models/runahead-coder \
       --agreement engine/bench/cuda/code_prompt.ids $mode > "$OUT/agreement.txt" 2>&1
     log "agreement $mode: exit $? -- $(tail -1 "$OUT/agreement.txt")"
+  done
+fi
+# Q8_0 as stored (every matrix quantized to Q8_0 on the host): decode, prefill and the per-op
+# table against the bound of the Q8_0 bytes, beside the bf16 rows above.
+if [ "${Q8_0:-1}" = 1 ]; then
+  for shape in $SHAPES; do
+    timeout 240 "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx 512 --tokens 256 --prefill 2048 \
+      --reps 50 --weights q8_0 > "$OUT/bench-q8_0-$shape.txt" 2>&1
+    log "bench $shape --weights q8_0: exit $? -- $(grep -E '^(model|decode|prefill)' "$OUT/bench-q8_0-$shape.txt" | tr '\n' ' ')"
+    cat "$OUT/bench-q8_0-$shape.txt"
   done
 fi
 # Side by side with a base commit: both engines, the same shapes, interleaved runs (A B A B).

@@ -67,10 +67,11 @@ DeviceBuffer upload_f32(std::initializer_list<const Tensor*> parts) {
 // k_norm only for architectures with per-head q/k norms (Qwen3).
 struct DeviceLayer {
   DeviceBuffer wqkv, bqkv, q_norm, k_norm, wo, w_gate_up, w_down, attn_norm, mlp_norm;
-  DeviceBuffer wqkv_scale, wo_scale, w_gate_up_scale, w_down_scale;  // fp8 weights only
-  // The matrix a MatmulResidual op names, and its scales (null unless fp8).
+  // fp8: an f32 scale per row; Q8_0: f16 block scales (kernels.h); null otherwise.
+  DeviceBuffer wqkv_scale, wo_scale, w_gate_up_scale, w_down_scale;
+  // The matrix a MatmulResidual op names, and its scales.
   const void* matrix(Role r) const { return matrix_buffers(r).first->get(); }
-  const float* matrix_scale(Role r) const { return matrix_buffers(r).second->get<float>(); }
+  const void* matrix_scale(Role r) const { return matrix_buffers(r).second->get(); }
 
  private:
   std::pair<const DeviceBuffer*, const DeviceBuffer*> matrix_buffers(Role r) const {
@@ -89,14 +90,25 @@ void quantize_on_device(const void* w, DType dtype, int rows, int K, DeviceBuffe
   check_cuda(cudaDeviceSynchronize(), "quantize_fp8_rows");
 }
 
+// A Q8_0 matrix of `rows` rows of K weights, uploaded as stored (`blocks`, on the device) and
+// split there into its int8 weights `q` and f16 block scales `d` (kernels.h).
+void split_on_device(const DeviceBuffer& blocks, int rows, int K, DeviceBuffer& q, DeviceBuffer& d) {
+  q = DeviceBuffer(size_t(rows) * K);
+  d = DeviceBuffer(size_t(rows) * (K / 32) * 2);
+  split_q8_0_blocks(blocks.get(), rows, K, q.get(), d.get(), nullptr);
+  check_cuda(cudaDeviceSynchronize(), "split_q8_0_blocks");
+}
+
 // How a step ends: logits only, a greedy or sampled token fed to the next step, or a greedy
 // verify of the step's drafted tokens (StepEnd::draft).
 enum class StepMode { Logits, Greedy, Sample, Verify };
 
 class CudaBackendImpl final : public CudaBackend, private StepParts {
  public:
-  CudaBackendImpl(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options)
+  // `quantized`: how block-quantized matrices run (empty for a model without them).
+  CudaBackendImpl(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options, std::string quantized)
       : w_(std::move(weights)),
+        quantized_(std::move(quantized)),
         c_(w_->config),
         layer_ops_(architecture_of(c_).step),
         layer_dtype_(options.fp8_matrices ? DType::F8_E4M3 : w_->dtype),
@@ -151,7 +163,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
             {"optimizations",
              {{"weights", layer_dtype_ == DType::F8_E4M3 ? "F8_E4M3 with a scale per row (quantized at load; embedding "
                                                               "BF16)"
-                                                            : dtype_name(layer_dtype_)},
+                          : layer_dtype_ == DType::Q8_0 ? "Q8_0 as stored (int8 weights and f16 block scales)"
+                                                        : dtype_name(layer_dtype_)},
               {"lm_head", head_dtype_ == DType::F8_E4M3 ? "F8_E4M3 with a scale per row (quantized at load)"
                                                          : dtype_name(head_dtype_)},
               {"activations", "f32"},
@@ -384,7 +397,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
  private:
   void validate() const {
     // Elements per 16-byte chunk of the matrix-vector kernels.
-    const int hd = c_.head_dim, E = layer_dtype_ == DType::F8_E4M3 ? 16 : layer_dtype_ == DType::F32 ? 4 : 8;
+    const int hd = c_.head_dim,
+              E = layer_dtype_ == DType::F8_E4M3 || layer_dtype_ == DType::Q8_0 ? 16 : layer_dtype_ == DType::F32 ? 4 : 8;
     auto need = [&](bool ok, const std::string& what) {
       if (!ok) throw EngineError("unsupported", "the CUDA kernels need " + what, w_->source, "config.json");
     };
@@ -401,7 +415,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   void upload_weights() {
     const auto& W = *w_;
-    if (embed_dtype_ == W.embed.dtype) {
+    if (embed_dtype_ == DType::Q8_0) {  // split as the layers' matrices; a tied table is lm_head's (below)
+      if (!c_.tie_word_embeddings)
+        split_on_device(upload(W.embed.data, W.embed.nbytes()), int(W.embed.rows()), int(W.embed.cols()), embed_,
+                        embed_scale_);
+    } else if (embed_dtype_ == W.embed.dtype) {
       embed_ = upload(W.embed.data, W.embed.nbytes());
     } else {  // fp8 weights keep a bf16 embedding
       const std::vector<float> wide = widen(W.embed);
@@ -413,18 +431,25 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     if (head_dtype_ == DType::F8_E4M3) {
       const DeviceBuffer stored = upload(head.data, head.nbytes());
       quantize_on_device(stored.get(), head.dtype, int(head.rows()), int(head.cols()), lm_head_, lm_head_scale_);
+    } else if (head_dtype_ == DType::Q8_0) {
+      split_on_device(upload(head.data, head.nbytes()), int(head.rows()), int(head.cols()), lm_head_, lm_head_scale_);
     } else if (!c_.tie_word_embeddings) {
       lm_head_ = upload(W.lm_head.data, W.lm_head.nbytes());
     }
     final_norm_ = upload_f32({&W.final_norm});
-    // A matrix as the layers keep it: as stored, or quantized to fp8 on the device.
+    // A matrix as the layers keep it: as stored, quantized to fp8 on the device, or Q8_0 split
+    // into weights and block scales there.
     const auto matrix = [&](std::initializer_list<const Tensor*> parts, DeviceBuffer& data, DeviceBuffer& scale) {
       data = upload_rows(parts);
-      if (layer_dtype_ != DType::F8_E4M3) return;
+      if (layer_dtype_ != DType::F8_E4M3 && layer_dtype_ != DType::Q8_0) return;
       int rows = 0;
       for (const Tensor* t : parts) rows += int(t->rows());
       const DeviceBuffer stored = std::move(data);
-      quantize_on_device(stored.get(), W.dtype, rows, int((*parts.begin())->cols()), data, scale);
+      const int K = int((*parts.begin())->cols());
+      if (layer_dtype_ == DType::Q8_0)
+        split_on_device(stored, rows, K, data, scale);
+      else
+        quantize_on_device(stored.get(), W.dtype, rows, K, data, scale);
     };
     for (const LayerWeights& l : W.layers) {
       DeviceLayer d;
@@ -441,14 +466,20 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     }
   }
 
-  // Long prompts run on tensor cores: bf16 matrices as they are, fp8 ones widened to bf16 a
-  // matrix at a time into prefill_w_.
-  bool prefill_on_tensor_cores() const { return layer_dtype_ == DType::BF16 || layer_dtype_ == DType::F8_E4M3; }
+  // Long prompts run on tensor cores: bf16 matrices as they are, fp8 and Q8_0 ones widened to
+  // bf16 a matrix at a time into prefill_w_.
+  bool widened_for_prefill() const { return layer_dtype_ == DType::F8_E4M3 || layer_dtype_ == DType::Q8_0; }
+  bool prefill_on_tensor_cores() const { return layer_dtype_ == DType::BF16 || widened_for_prefill(); }
 
-  // The bf16 matrix a prefill GEMM reads: `data` itself, or its fp8 rows widened into prefill_w_.
-  const void* prefill_matrix(const void* data, const float* scale, int rows, int K) {
-    if (layer_dtype_ != DType::F8_E4M3) return data;
-    dequantize_fp8_rows(data, scale, rows, K, prefill_w_.get(), stream_);
+  // The bf16 matrix a prefill GEMM reads: `data` itself, or its fp8 or Q8_0 rows widened into
+  // prefill_w_.
+  const void* prefill_matrix(const void* data, const void* scale, int rows, int K) {
+    if (layer_dtype_ == DType::F8_E4M3)
+      dequantize_fp8_rows(data, static_cast<const float*>(scale), rows, K, prefill_w_.get(), stream_);
+    else if (layer_dtype_ == DType::Q8_0)
+      dequantize_q8_0_rows(data, scale, rows, K, prefill_w_.get(), stream_);
+    else
+      return data;
     return prefill_w_.get();
   }
 
@@ -496,7 +527,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
       h_bf16_ = DeviceBuffer(size_t(rows) * widest * 2);
       gate_up_ = DeviceBuffer(size_t(rows) * 2 * I * 4);
     }
-    if (layer_dtype_ == DType::F8_E4M3)  // the largest matrix of a layer, widened
+    if (widened_for_prefill())  // the largest matrix of a layer, widened
       prefill_w_ = DeviceBuffer(std::max({size_t(qkv_rows) * H, size_t(H) * qd, size_t(2) * I * H, size_t(H) * I}) * 2);
     // The prefill GEMM's output; with q/k norms also the vector path's projection before them.
     if (prefill_on_tensor_cores() || qk_norm())
@@ -566,6 +597,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
       step_plan_.refused = "RUNAHEAD_CUDA_PERSISTENT unset or 1";
     } else if (layer_ops_ != llama_step()) {  // its phases are Llama's layer, fixed in the kernel
       step_plan_.refused = "a layer of Llama's ops (model/arch/llama.cpp)";
+    } else if (layer_dtype_ == DType::Q8_0 || head_dtype_ == DType::Q8_0) {
+      step_plan_.refused = "dense or fp8 matrices (Q8_0 runs a kernel per op)";
     } else if (qk_norm()) {
       step_plan_.refused = "a layer without per-head q/k RMSNorm (" + c_.architecture + " has q_norm/k_norm)";
     } else {
@@ -692,7 +725,13 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   // --- the ops of one step, in order -------------------------------------------------
 
   const void* lm_head_weights() const {
-    return c_.tie_word_embeddings && head_dtype_ == embed_dtype_ ? embed_.get() : lm_head_.get();
+    return c_.tie_word_embeddings && head_dtype_ == embed_dtype_ && embed_dtype_ != DType::Q8_0 ? embed_.get()
+                                                                                                 : lm_head_.get();
+  }
+  // The table the embedding lookup reads and its Q8_0 block scales: a tied Q8_0 table is lm_head's.
+  std::pair<const void*, const void*> embedding_table() const {
+    if (embed_dtype_ == DType::Q8_0 && c_.tie_word_embeddings) return {lm_head_.get(), lm_head_scale_.get()};
+    return {embed_.get(), embed_scale_.get()};
   }
 
   QkvRope qkv_args(int l) const {
@@ -701,7 +740,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     QkvRope a;
     a.w = d.wqkv.get();
     a.dtype = layer_dtype_;
-    a.scale = d.wqkv_scale.get<float>();
+    a.scale = d.wqkv_scale.get();
     a.bias = d.bqkv.get<float>();
     a.norm = d.attn_norm.get<float>();
     a.q_norm = d.q_norm.get<float>();
@@ -728,7 +767,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   }
 
   void enqueue_embedding(int n) override {
-    embedding_lookup(embed_.get(), embed_dtype_, c_.hidden_size, tokens_d_.get<int32_t>(), n, x_.get<float>(), stream_);
+    const auto [table, scale] = embedding_table();
+    embedding_lookup(table, embed_dtype_, scale, c_.hidden_size, tokens_d_.get<int32_t>(), n, x_.get<float>(), stream_);
   }
   void enqueue_qkv(int l, int n) {
     rmsnorm_qkv_rope_append(qkv_args(l), x_.get<float>(), n, pos_d_.get<int>(), q_.get<float>(), sms_, stream_);
@@ -738,7 +778,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   }
   void enqueue_gate_up(int l, int n) {
     const DeviceLayer& d = layers_[l];
-    rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get<float>(), d.mlp_norm.get<float>(),
+    rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
                            c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
                            act_.get<float>(), sms_, stream_);
   }
@@ -775,7 +815,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     LmHead a;
     a.w = lm_head_weights();
     a.dtype = head_dtype_;
-    a.scale = lm_head_scale_.get<float>();
+    a.scale = lm_head_scale_.get();
     a.norm = final_norm_.get<float>();
     a.eps = c_.rms_norm_eps;
     a.hidden = c_.hidden_size;
@@ -988,6 +1028,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                       head_dtype_ == DType::F8_E4M3 ? "lm_head is F8_E4M3 on the device"
                                                     : std::string("lm_head is ") + dtype_name(head_dtype_) +
                                                           " (options.lm_head \"fp8\" quantizes it)"});
+    if (!quantized_.empty()) checks.push_back({"quantized_kernels", layer_dtype_ == DType::Q8_0, quantized_});
     checks.push_back({"tensor_core_prefill", prefill_on_tensor_cores(),
                       prefill_on_tensor_cores() ? std::string("prompts of ") + std::to_string(kTensorCoreMinTokens) +
                                                       "+ tokens run " + gemm_bf16_impl() + " GEMMs"
@@ -1022,8 +1063,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t events_[2] = {};
 
+  const std::string quantized_;
   const DType layer_dtype_, head_dtype_, embed_dtype_;  // as the device keeps them
-  DeviceBuffer embed_, lm_head_, lm_head_scale_, final_norm_;
+  DeviceBuffer embed_, embed_scale_, lm_head_, lm_head_scale_, final_norm_;  // the scales: fp8 or Q8_0 only
   DeviceBuffer prefill_w_;  // fp8 weights: the matrix a prefill GEMM reads, widened to bf16
   std::vector<DeviceLayer> layers_;
   DeviceBuffer rope_cos_, rope_sin_, k_cache_, v_cache_;
@@ -1053,12 +1095,36 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   std::map<int, GraphExec> graphs_;
 };
 
+constexpr size_t kQ8AsStoredBytes = size_t(1) << 30;
+
 }  // namespace
 
 std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const ModelWeights> weights,
                                                const BackendOptions& options) {
-  // No quantized CUDA kernels yet: block-quantized matrices are uploaded widened to bf16.
-  return std::make_unique<CudaBackendImpl>(with_bf16_matrices(std::move(weights)), options);
+  if (!has_quantized_matrix(*weights)) return std::make_unique<CudaBackendImpl>(std::move(weights), options, "");
+  const std::string formats = weight_formats(*weights);
+  const auto required = [&](const char* name) {
+    return std::find(options.require.begin(), options.require.end(), name) != options.require.end();
+  };
+  // Q8_0 runs as stored when every matrix is Q8_0 and the model is large enough for the bytes
+  // to matter: the Q8_0 kernels run a kernel per op, and widened to bf16 a small model may run
+  // the persistent step instead. H200, random Qwen2.5-Coder shapes, decode ms/token as stored
+  // against widened: 0.5B (525 MB of Q8_0) 0.833 / 0.823, 1.5B 1.555 / 1.654, 7B 4.147 / 4.317.
+  // options.require names the path: quantized_kernels as stored, persistent_step widened.
+  std::string why;
+  if (formats != "q8_0")
+    why = "the " + formats + " matrices run widened to bf16 (the CUDA kernels read Q8_0 blocks only, every matrix Q8_0)";
+  else if (options.fp8_matrices || options.fp8_lm_head)
+    why = "the q8_0 matrices are widened to bf16 and quantized to fp8 from there (options.weights/lm_head fp8)";
+  else if (required("persistent_step") && !required("quantized_kernels"))
+    why = "the q8_0 matrices run widened to bf16 for the persistent step (options.require persistent_step)";
+  else if (weights->weight_bytes < kQ8AsStoredBytes && !required("quantized_kernels"))
+    why = "the q8_0 matrices (" + std::to_string(weights->weight_bytes >> 20) +
+          " MiB) run widened to bf16: below 1 GiB the persistent bf16 step is as fast (options.require "
+          "quantized_kernels runs them as stored)";
+  if (!why.empty()) return std::make_unique<CudaBackendImpl>(with_bf16_matrices(std::move(weights)), options, why);
+  return std::make_unique<CudaBackendImpl>(
+      std::move(weights), options, "q8_0 matrices read as stored by the CUDA block kernels (a kernel per op)");
 }
 
 // runtime/ reaches this backend through its entry (runtime/backend.h), never this header.

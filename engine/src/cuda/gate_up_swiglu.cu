@@ -40,10 +40,10 @@ __global__ void __launch_bounds__(kGemvThreads) rmsnorm_gate_up_swiglu_kernel(Ro
 
 }  // namespace
 
-void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const float* scale, const float* norm, float eps,
+void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, int sms, cudaStream_t stream) {
   const size_t smem = n == 1 ? size_t(H) * sizeof(float) : 0;
-  with_weight_type(dtype, [&](auto type) {
+  with_matrix_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = for_vec_tokens(n, [](auto nt) { return rmsnorm_gate_up_swiglu_kernel<W, decltype(nt)::value>; });
     const int split = gemv_split(I, H, sms, blocks_per_sm(kernel, kGemvThreads, smem));

@@ -42,8 +42,9 @@ struct StepEnd {
   int32_t* verdict = nullptr;
 };
 
-// embedding.cu — x[t, :] = embed[tokens[t], :]   embed: [V, H], x: [n, H]
-void embedding_lookup(const void* embed, DType dtype, int H, const int32_t* tokens, int n, float* x,
+// embedding.cu — x[t, :] = embed[tokens[t], :]   embed: [V, H], x: [n, H]; `scale`: Q8_0's
+// block scales (as matvec_residual_add's), else null
+void embedding_lookup(const void* embed, DType dtype, const void* scale, int H, const int32_t* tokens, int n, float* x,
                       cudaStream_t stream);
 
 // rmsnorm_qkv_rope.cu — for each token t at position p = *pos + t:
@@ -56,7 +57,7 @@ void embedding_lookup(const void* embed, DType dtype, int H, const int32_t* toke
 struct QkvRope {
   const void* w = nullptr;
   DType dtype = DType::BF16;
-  const float* scale = nullptr;  // F8_E4M3: a scale per row of w; else null
+  const void* scale = nullptr;  // as matvec_residual_add's `scale`
   const float* bias = nullptr;  // [(heads + 2 kv_heads) * head_dim] or null
   const float* norm = nullptr;  // [H]
   const float* q_norm = nullptr;  // [head_dim] or null (then k_norm is null too)
@@ -89,14 +90,15 @@ void attention_decode(const DecodeAttention& a, const float* q, int n, const int
                       cudaStream_t stream);
 
 // matvec_residual.cu — x[t, :] += in[t, :] W^T   W: [rows, K], in: [n, K], x: [n, rows]
-// (the attention output projection and the MLP down projection). Here and below, `scale`
-// is a scale per row of an F8_E4M3 matrix (model/fp8.h), null for other dtypes.
-void matvec_residual_add(const void* w, DType dtype, const float* scale, int rows, int K, const float* in, int n,
+// (the attention output projection and the MLP down projection). Here and below, `scale` is
+// an F8_E4M3 matrix's f32 scale per row (model/fp8.h), a Q8_0 matrix's f16 block scales
+// ([rows, K / 32]; the matrix itself is then its int8 weights, [rows, K]: q8_0.cu), else null.
+void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, int sms, cudaStream_t stream);
 
 // gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
 // u = ... . Wu[j]   w_gate_up: [2I, H], Wg its first I rows, Wu the rest; x: [n, H], act: [n, I]
-void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const float* scale, const float* norm, float eps,
+void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, int sms, cudaStream_t stream);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first
@@ -105,7 +107,7 @@ void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const float* sca
 struct LmHead {
   const void* w = nullptr;
   DType dtype = DType::BF16;
-  const float* scale = nullptr;
+  const void* scale = nullptr;  // as matvec_residual_add's `scale`
   const float* norm = nullptr;
   float eps = 1e-6f;
   int hidden = 0, vocab = 0;
@@ -155,6 +157,13 @@ void to_bf16(const float* in, size_t count, void* out, cudaStream_t stream);
 // out = bf16(q[r, k] * scale[r]), for the tensor-core prefill.
 void quantize_fp8_rows(const void* w, DType dtype, int rows, int K, void* q, float* scale, cudaStream_t stream);
 void dequantize_fp8_rows(const void* q, const float* scale, int rows, int K, void* out, cudaStream_t stream);
+
+// q8_0.cu — Q8_0 matrices as the matrix-vector ops read them: `blocks` (rows of K / 32 ggml
+// blocks of 34 bytes, model/quant_format.h) split into their int8 weights q ([rows, K]) and
+// f16 scales d ([rows, K / 32]); and widened back to bf16 (bf16(d * q)) a matrix at a time for
+// the tensor-core prefill.
+void split_q8_0_blocks(const void* blocks, int rows, int K, void* q, void* d, cudaStream_t stream);
+void dequantize_q8_0_rows(const void* q, const void* d, int rows, int K, void* out, cudaStream_t stream);
 // Causal attention of n new tokens over the cache: as attention_decode for any n.
 // out: [n, heads * head_dim] f32.
 void attention_prefill(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,

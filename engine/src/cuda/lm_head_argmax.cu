@@ -105,7 +105,7 @@ int lm_head_blocks(int vocab, int sms) { return std::min(vocab / 2, 32 * sms); }
 
 void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logits, const StepEnd& end, int sms,
                             cudaStream_t stream) {
-  with_weight_type(a.dtype, [&](auto type) {
+  with_matrix_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = for_vec_tokens(n, [](auto nt) { return rmsnorm_lm_head_argmax_kernel<W, decltype(nt)::value>; });
     const size_t smem = n == 1 ? size_t(a.hidden) * sizeof(float) : 0;

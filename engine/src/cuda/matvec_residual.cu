@@ -35,9 +35,9 @@ __global__ void __launch_bounds__(kGemvThreads) matvec_residual_add_kernel(RowMa
 
 }  // namespace
 
-void matvec_residual_add(const void* w, DType dtype, const float* scale, int rows, int K, const float* in, int n,
+void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, int sms, cudaStream_t stream) {
-  with_weight_type(dtype, [&](auto type) {
+  with_matrix_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = for_vec_tokens(n, [](auto nt) { return matvec_residual_add_kernel<W, decltype(nt)::value>; });
     const int split = gemv_split(rows / 2, K, sms, blocks_per_sm(kernel, kGemvThreads, 0));

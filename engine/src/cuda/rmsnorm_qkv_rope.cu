@@ -149,7 +149,7 @@ void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int*
   const int units = (a.heads + 2 * a.kv_heads) * a.head_dim / 2;
   const size_t smem = n == 1 ? size_t(a.hidden) * sizeof(float) : 0;
   const bool raw = a.q_norm != nullptr;
-  with_weight_type(a.dtype, [&](auto type) {
+  with_matrix_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     auto kernel = for_vec_tokens(n, [raw](auto nt) {
       constexpr int NT = decltype(nt)::value;

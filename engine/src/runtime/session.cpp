@@ -129,6 +129,8 @@ nlohmann::json check_optimizations(const Backend& backend, const nlohmann::json&
     checks.push_back(c);
   }
   nlohmann::json out = nlohmann::json::array();
+  for (const OptimizationCheck& c : checks)  // a backend that runs quantized weights widened says so
+    if (c.name == "quantized_kernels" && !c.active) warnings.push_back(c.why);
   for (const OptimizationCheck& c : checks) {
     const bool required = std::find(options.require.begin(), options.require.end(), c.name) != options.require.end();
     out.push_back({{"name", c.name}, {"active", c.active}, {"why", c.why}, {"required", required}});
@@ -221,9 +223,6 @@ std::unique_ptr<Session> Session::open_checked(const std::string& model, const L
   if (backend == "cpu") check_kv_fits(config, context);
   const BackendOptions backend_options{threads_for(options.threads, warnings), context, fp8_matrices, fp8_lm_head,
                                        options.require};
-  if (backend == "cuda" && has_quantized_matrix(*session->weights_))
-    warnings.push_back("the CUDA backend has no quantized kernels yet: the " + weight_formats(*session->weights_) +
-                       " weights run widened to bf16 on the GPU (the CPU backend runs them as stored)");
   session->backend_ = make_backend(session->weights_, backend_options);
   nlohmann::json speculation;
   session->speculator_ = open_speculator(*session->backend_, session->weights_, model, options.speculation,

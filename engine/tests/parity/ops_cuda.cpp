@@ -77,7 +77,7 @@ Run cuda_embedding_lookup(const Tensor& embed, const std::vector<int32_t>& token
   return [&embed, tokens] {
     const int n = int(tokens.size()), H = int(embed.cols());
     auto e = up(embed), t = up(tokens), x = zeros(size_t(n) * H * 4);
-    embedding_lookup(e->get(), embed.dtype, H, t->get<int32_t>(), n, x->get<float>(), nullptr);
+    embedding_lookup(e->get(), embed.dtype, nullptr, H, t->get<int32_t>(), n, x->get<float>(), nullptr);
     return down(*x, size_t(n) * H);
   };
 }
