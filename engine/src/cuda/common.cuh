@@ -294,35 +294,14 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
           }
           acc[r][0] = fmaf(block_scale, sum, acc[r][0]);
         }
-      } else if constexpr (kIsQ8<W>) {
+      } else {
+        // Q8_0: each block's sums are scaled by its scale (1 for the dense types).
         float wf[R][E], block_scale[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           Chunk<W>::unpack(wv[u][r], wf[r]);
-          block_scale[r] = __half2float(__ldg(d[r] + c * E / kQ8Block));
+          block_scale[r] = kIsQ8<W> ? __half2float(__ldg(d[r] + c * E / kQ8Block)) : 1.0f;
         }
-        if (g)
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int e = 0; e < E; ++e) wf[r][e] *= gv[e];
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          if (t >= n) break;
-          float xv[E];
-          inputs(t, xv, false);
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int e = 0; e < E; ++e) sum = fmaf(wf[r][e], xv[e], sum);
-            acc[r][t] = fmaf(block_scale[r], sum, acc[r][t]);
-          }
-        }
-      } else {
-        float wf[R][E];
-#pragma unroll
-        for (int r = 0; r < R; ++r) Chunk<W>::unpack(wv[u][r], wf[r]);
         // g multiplies the chunk's weights once rather than each token's inputs.
         if (g)
 #pragma unroll
@@ -335,9 +314,17 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
           float xv[E];
           inputs(t, xv, false);
 #pragma unroll
-          for (int r = 0; r < R; ++r)
+          for (int r = 0; r < R; ++r) {
+            if constexpr (kIsQ8<W>) {
+              float sum = 0.0f;
 #pragma unroll
-            for (int e = 0; e < E; ++e) acc[r][t] = fmaf(wf[r][e], xv[e], acc[r][t]);
+              for (int e = 0; e < E; ++e) sum = fmaf(wf[r][e], xv[e], sum);
+              acc[r][t] = fmaf(block_scale[r], sum, acc[r][t]);
+            } else {
+#pragma unroll
+              for (int e = 0; e < E; ++e) acc[r][t] = fmaf(wf[r][e], xv[e], acc[r][t]);
+            }
+          }
         }
       }
     }
