@@ -59,6 +59,45 @@ std::vector<float> down(const DeviceBuffer& b, size_t floats, size_t offset = 0)
   check_cuda(cudaMemcpy(out.data(), b.get<float>() + offset, floats * 4, cudaMemcpyDeviceToHost), "parity download");
   return out;
 }
+// A weight matrix (parts stacked by rows) as the CUDA backend keeps it: a dense one as stored,
+// Q8_0 split on the device into its weights and block scales, any other block format widened
+// to bf16 on the host (cuda_backend.cpp's make_cuda_backend).
+struct DeviceMatrix {
+  std::shared_ptr<DeviceBuffer> w, scale;
+  DType dtype;
+  int rows = 0, K = 0;
+};
+DeviceMatrix device_matrix(std::initializer_list<const Tensor*> parts) {
+  DeviceMatrix m;
+  const Tensor& first = **parts.begin();
+  for (const Tensor* t : parts) m.rows += int(t->rows());
+  m.K = int(first.cols());
+  m.dtype = first.dtype;
+  if (first.dtype == DType::Q8_0) {
+    const auto blocks = up_rows(parts);
+    m.w = zeros(size_t(m.rows) * m.K);
+    m.scale = zeros(size_t(m.rows) * (m.K / 32) * 2);
+    split_q8_0_blocks(blocks->get(), m.rows, m.K, m.w->get(), m.scale->get(), nullptr);
+  } else if (is_quantized(first.dtype)) {
+    std::vector<uint16_t> bits;
+    for (const Tensor* t : parts)
+      for (float v : widen(*t)) bits.push_back(f32_to_bf16(v));
+    m.w = up(bits);
+    m.dtype = DType::BF16;
+  } else {
+    m.w = up_rows(parts);
+  }
+  return m;
+}
+const void* scale_of(const DeviceMatrix& m) { return m.scale ? m.scale->get() : nullptr; }
+// The bf16 matrix a prefill GEMM reads: Q8_0 widened on the device, as the backend's prefill does.
+std::shared_ptr<DeviceBuffer> prefill_bf16(const DeviceMatrix& m) {
+  if (m.dtype != DType::Q8_0) return m.w;
+  auto wide = zeros(size_t(m.rows) * m.K * 2);
+  dequantize_q8_0_rows(m.w->get(), m.scale->get(), m.rows, m.K, wide->get(), nullptr);
+  return wide;
+}
+
 // `count` bf16 values, widened.
 std::vector<float> down_bf16(const DeviceBuffer& b, size_t count) {
   check_cuda(cudaDeviceSynchronize(), "parity op");
@@ -76,8 +115,9 @@ bool cuda_present() { return cuda_available(); }
 Run cuda_embedding_lookup(const Tensor& embed, const std::vector<int32_t>& tokens) {
   return [&embed, tokens] {
     const int n = int(tokens.size()), H = int(embed.cols());
-    auto e = up(embed), t = up(tokens), x = zeros(size_t(n) * H * 4);
-    embedding_lookup(e->get(), embed.dtype, nullptr, H, t->get<int32_t>(), n, x->get<float>(), nullptr);
+    const DeviceMatrix e = device_matrix({&embed});
+    auto t = up(tokens), x = zeros(size_t(n) * H * 4);
+    embedding_lookup(e.w->get(), e.dtype, scale_of(e), H, t->get<int32_t>(), n, x->get<float>(), nullptr);
     return down(*x, size_t(n) * H);
   };
 }
@@ -85,11 +125,13 @@ Run cuda_embedding_lookup(const Tensor& embed, const std::vector<int32_t>& token
 Run cuda_rmsnorm_lm_head(const Tensor& w, const Tensor& norm, const std::vector<float>& x, int n) {
   return [&w, &norm, x, n] {
     const int V = int(w.rows()), H = int(w.cols());
-    auto wd = up(w), nd = up(widen(norm)), xd = up(x), logits = zeros(size_t(n) * V * 4);
+    const DeviceMatrix wd = device_matrix({&w});
+    auto nd = up(widen(norm)), xd = up(x), logits = zeros(size_t(n) * V * 4);
     auto partial = zeros(size_t(2) * n * lm_head_blocks(V, kSms) * 4), counter = zeros(sizeof(int));
     LmHead a;
-    a.w = wd->get();
-    a.dtype = w.dtype;
+    a.w = wd.w->get();
+    a.dtype = wd.dtype;
+    a.scale = scale_of(wd);
     a.norm = nd->get<float>();
     a.eps = 1e-6f;
     a.hidden = H;
@@ -179,13 +221,15 @@ Run cuda_attention(int heads, int kv_heads, int head_dim, const std::vector<floa
 Run cuda_matmul_residual(const Tensor& w, const std::vector<float>& in, const std::vector<float>& x, int n) {
   return [&w, in, x, n] {
     const int rows = int(w.rows()), K = int(w.cols());
-    auto wd = up(w), ind = up(in), xd = up(x);
+    const DeviceMatrix wd = device_matrix({&w});
+    auto ind = up(in), xd = up(x);
     if (n <= kMaxVecTokens) {
-      matvec_residual_add(wd->get(), w.dtype, nullptr, rows, K, ind->get<float>(), n, xd->get<float>(), kSms, nullptr);
+      matvec_residual_add(wd.w->get(), wd.dtype, scale_of(wd), rows, K, ind->get<float>(), n, xd->get<float>(), kSms,
+                          nullptr);
     } else {  // as the prefill: the input to bf16, then x += in W^T on tensor cores
       auto h = zeros(size_t(n) * K * 2);
       to_bf16(ind->get<float>(), size_t(n) * K, h->get(), nullptr);
-      gemm_bf16(h->get(), wd->get(), n, rows, K, xd->get<float>(), true, nullptr);
+      gemm_bf16(h->get(), prefill_bf16(wd)->get(), n, rows, K, xd->get<float>(), true, nullptr);
     }
     return down(*xd, x.size());
   };
@@ -195,17 +239,16 @@ Run cuda_rmsnorm_gate_up_swiglu(const LayerWeights& l, const std::vector<float>&
   return [&l, x, n] {
     const int I = int(l[Role::WGate].rows()), H = int(l[Role::WGate].cols());
     auto norm = up(widen(l[Role::MlpNorm])), xd = up(x);
+    const DeviceMatrix gu_w = device_matrix({&l[Role::WGate], &l[Role::WUp]});
     if (n > kMaxVecTokens) {  // as the prefill: bf16 rmsnorm, one [gate; up] GEMM to bf16, swiglu to bf16
-      auto gu_w = up_rows({&l[Role::WGate], &l[Role::WUp]});
       auto h = zeros(size_t(n) * H * 2), gu = zeros(size_t(n) * 2 * I * 2), act = zeros(size_t(n) * I * 2);
       rmsnorm_to_bf16(xd->get<float>(), norm->get<float>(), 1e-6f, n, H, h->get(), nullptr);
-      gemm_bf16_to_bf16(h->get(), gu_w->get(), n, 2 * I, H, gu->get(), nullptr);
+      gemm_bf16_to_bf16(h->get(), prefill_bf16(gu_w)->get(), n, 2 * I, H, gu->get(), nullptr);
       swiglu_to_bf16(gu->get(), n, I, act->get(), nullptr);
       return down_bf16(*act, size_t(n) * I);
     }
-    auto gu_w = up_rows({&l[Role::WGate], &l[Role::WUp]});
     auto act = zeros(size_t(n) * I * 4);
-    rmsnorm_gate_up_swiglu(gu_w->get(), l[Role::WGate].dtype, nullptr, norm->get<float>(), 1e-6f, H, I,
+    rmsnorm_gate_up_swiglu(gu_w.w->get(), gu_w.dtype, scale_of(gu_w), norm->get<float>(), 1e-6f, H, I,
                            xd->get<float>(), n, act->get<float>(), kSms, nullptr);
     return down(*act, size_t(n) * I);
   };

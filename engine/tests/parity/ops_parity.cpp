@@ -17,6 +17,7 @@
 #include "cpu/ops.h"
 #include "model/half.h"
 #include "model/numerics.h"
+#include "model/quant_blocks.h"
 #include "model/rope.h"
 #include "parity/ops_cuda.h"
 
@@ -48,6 +49,30 @@ std::vector<float> random_floats(size_t n, float scale, std::mt19937& rng) {
   std::vector<float> v(n);
   for (float& x : v) x = u(rng);
   return v;
+}
+
+// A block-quantized matrix, quantized from random values, with the values its blocks hold (as
+// the reference reads them).
+struct QuantWeight {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+  Tensor t;
+};
+
+QuantWeight random_quantized(QuantType type, int rows, int cols, float scale, std::mt19937& rng) {
+  QuantWeight w;
+  const std::vector<float> v = random_floats(size_t(rows) * cols, scale, rng);
+  const size_t row = quant_row_bytes(type, cols);
+  w.bytes.resize(row * size_t(rows));
+  w.values.resize(v.size());
+  for (int r = 0; r < rows; ++r) {
+    quantize_row(type, v.data() + size_t(r) * cols, cols, w.bytes.data() + row * size_t(r));
+    dequantize_row(type, w.bytes.data() + row * size_t(r), cols, w.values.data() + size_t(r) * cols);
+  }
+  w.t.dtype = dtype_of(type);
+  w.t.shape = {rows, cols};
+  w.t.data = w.bytes.data();
+  return w;
 }
 
 // One op on one shape: the inputs, the reference's outputs, and what each backend returns.
@@ -82,11 +107,17 @@ Vec rmsnorm(const double* x, const Weight& w, double eps, int h) {
 }
 
 // y = W x for W: [rows, cols].
-Vec linear(const Weight& w, const Vec& x) {
-  Vec y(size_t(w.t.rows()), 0.0);
-  for (int64_t r = 0; r < w.t.rows(); ++r)
-    for (int64_t i = 0; i < w.t.cols(); ++i) y[r] += w.at(r * w.t.cols() + i) * x[i];
+template <class At> Vec linear(int64_t rows, int64_t cols, At at, const Vec& x) {
+  Vec y(size_t(rows), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < cols; ++i) y[r] += at(r * cols + i) * x[i];
   return y;
+}
+Vec linear(const Weight& w, const Vec& x) {
+  return linear(w.t.rows(), w.t.cols(), [&](int64_t i) { return w.at(i); }, x);
+}
+Vec linear(const QuantWeight& w, const Vec& x) {
+  return linear(w.t.rows(), w.t.cols(), [&](int64_t i) { return double(w.values[size_t(i)]); }, x);
 }
 
 Vec as_double(const float* x, size_t n) { return Vec(x, x + n); }
@@ -361,6 +392,89 @@ void add_step_end_cases(Context& ctx, std::vector<Case>& cases) {
     }
 }
 
+// The ops that read weight matrices, on block-quantized weights (Q8_0, Q4_K, Q6_K): the CPU's
+// block kernels quantize the activations to int8 (per 32 for Q8_0, per 256 for the K-quants, as
+// llama.cpp does), so their tolerance is 2e-2 (0.1-1.0 % seen); CUDA reads Q8_0 as stored with
+// exact f32 products up to 17 tokens and widens every format to bf16 beyond, and widens the
+// K-quants to bf16 for every n (cuda/q8_0.cu, cuda_backend.cpp).
+void add_quantized_cases(Context& ctx, std::vector<Case>& cases) {
+  std::mt19937 rng(17);
+  for (const QuantType type : {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K})
+    for (const auto [rows, K] : {std::pair{136, 512}, std::pair{64, 256}})
+      for (int n : {1, 5, 13, 70}) {
+        const std::string fmt = quant_format(type).name;
+        const std::string shape = "W " + std::to_string(rows) + "x" + std::to_string(K) + " n " + std::to_string(n);
+        const double cpu_tol = 2e-2, cuda_tol = type == QuantType::Q8_0 && n <= 17 ? 2e-5 : 1e-2;
+        {  // x += in W^T
+          auto w = std::make_shared<QuantWeight>(random_quantized(type, rows, K, 0.1f, rng));
+          auto in = std::make_shared<std::vector<float>>(random_floats(size_t(n) * K, 1.0f, rng));
+          auto x = std::make_shared<std::vector<float>>(random_floats(size_t(n) * rows, 1.0f, rng));
+          Vec expected;
+          for (int t = 0; t < n; ++t) {
+            const Vec y = linear(*w, as_double(in->data() + size_t(t) * K, size_t(K)));
+            for (int r = 0; r < rows; ++r) expected.push_back((*x)[size_t(t) * rows + r] + y[r]);
+          }
+          Case c{"matmul_residual " + fmt, shape, cpu_tol, std::move(expected), [&ctx, w, in, x, n, rows] {
+                   std::vector<float> out = *x, tmp(size_t(n) * rows);
+                   matmul_residual(ctx.cx(), w->t, in->data(), n, tmp.data(), out.data());
+                   return out;
+                 }, cuda_matmul_residual(w->t, *in, *x, n), cuda_tol};
+          cases.push_back(std::move(c));
+        }
+        {  // the MLP's input: H = K, I = rows
+          auto norm = std::make_shared<Weight>(random_weight({K}, 1.0f, 0.2f, rng));
+          auto gate = std::make_shared<QuantWeight>(random_quantized(type, rows, K, 0.1f, rng));
+          auto upw = std::make_shared<QuantWeight>(random_quantized(type, rows, K, 0.1f, rng));
+          auto layer = std::make_shared<LayerWeights>();
+          (*layer)[Role::MlpNorm] = norm->t;
+          (*layer)[Role::WGate] = gate->t;
+          (*layer)[Role::WUp] = upw->t;
+          auto x = std::make_shared<std::vector<float>>(random_floats(size_t(n) * K, 1.0f, rng));
+          Vec expected;
+          for (int t = 0; t < n; ++t) {
+            const Vec h = rmsnorm(as_double(x->data() + size_t(t) * K, size_t(K)).data(), *norm, 1e-6, K);
+            const Vec g = linear(*gate, h), u = linear(*upw, h);
+            for (int i = 0; i < rows; ++i) expected.push_back(g[i] / (1 + std::exp(-g[i])) * u[i]);
+          }
+          Case c{"rmsnorm_gate_up_swiglu " + fmt, shape, cpu_tol, std::move(expected),
+                 [&ctx, layer, norm, gate, upw, x, n, K, rows] {
+                   const CpuLayer l = cpu_layer(*layer);
+                   std::vector<float> h(size_t(n) * K), up(size_t(n) * rows), act(size_t(n) * rows);
+                   rmsnorm_gate_up_swiglu(ctx.cx(), l, 1e-6f, x->data(), n, h.data(), up.data(), act.data());
+                   return act;
+                 },
+                 cuda_rmsnorm_gate_up_swiglu(*layer, *x, n), cuda_tol};
+          cases.push_back(std::move(c));
+        }
+        if (n > 13) continue;
+        {  // the step's ends: the embedding rows of n tokens, then the head over them (V = rows)
+          auto table = std::make_shared<QuantWeight>(random_quantized(type, rows, K, 1.0f, rng));
+          auto norm = std::make_shared<Weight>(random_weight({K}, 1.0f, 0.2f, rng));
+          auto tokens = std::make_shared<std::vector<int32_t>>();
+          for (int t = 0; t < n; ++t) tokens->push_back(int32_t(rng() % rows));
+          Vec embedded, logits;
+          for (int32_t tok : *tokens)
+            for (int i = 0; i < K; ++i) embedded.push_back(table->values[size_t(tok) * K + i]);
+          for (int t = 0; t < n; ++t) {
+            const Vec y = linear(*table, rmsnorm(embedded.data() + size_t(t) * K, *norm, 1e-6, K));
+            logits.insert(logits.end(), y.begin(), y.end());
+          }
+          cases.push_back(Case{"embedding_lookup " + fmt, shape, 0.0, embedded, [table, tokens, n, K] {
+                                 std::vector<float> x(size_t(n) * K);
+                                 embedding_lookup(table->t, tokens->data(), n, x.data());
+                                 return x;
+                               }, cuda_embedding_lookup(table->t, *tokens), type == QuantType::Q8_0 ? 0.0 : 1e-2});
+          auto x = std::make_shared<std::vector<float>>(embedded.begin(), embedded.end());
+          cases.push_back(Case{"rmsnorm_lm_head " + fmt, shape, cpu_tol, logits, [&ctx, table, norm, x, n, K, rows] {
+                                 std::vector<float> h(size_t(n) * K), out(size_t(n) * rows);
+                                 rmsnorm_lm_head(ctx.cx(), widen(norm->t), table->t, 1e-6f, x->data(), n, h.data(),
+                                                 out.data());
+                                 return out;
+                               }, cuda_rmsnorm_lm_head(table->t, norm->t, *x, n), cuda_tol});
+        }
+      }
+}
+
 }  // namespace
 }  // namespace runahead::parity
 
@@ -373,6 +487,7 @@ int main() {
   add_attention_cases(ctx, cases);
   add_matmul_cases(ctx, cases);
   add_mlp_cases(ctx, cases);
+  add_quantized_cases(ctx, cases);
 
   const bool cuda = cuda_present();
   std::printf("%-26s %-40s %-9s %-12s %-12s\n", "op", "shape", "tol", "cpu", cuda ? "cuda" : "cuda (none)");
