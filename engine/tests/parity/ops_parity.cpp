@@ -293,31 +293,36 @@ void add_attention_cases(Context& ctx, std::vector<Case>& cases) {
     }
 }
 
+// x += in W^T for `w` (bf16 or block-quantized, rows x K) on n tokens of random in and x: the
+// case's shape, reference and runs (its op and tolerances are the caller's).
+template <class W> Case matmul_case(Context& ctx, std::shared_ptr<W> w, int n, std::mt19937& rng) {
+  const int rows = int(w->t.rows()), K = int(w->t.cols());
+  auto in = std::make_shared<std::vector<float>>(random_floats(size_t(n) * K, 1.0f, rng));
+  auto x = std::make_shared<std::vector<float>>(random_floats(size_t(n) * rows, 1.0f, rng));
+  Case c;
+  for (int t = 0; t < n; ++t) {
+    const Vec y = linear(*w, as_double(in->data() + size_t(t) * K, size_t(K)));
+    for (int r = 0; r < rows; ++r) c.expected.push_back((*x)[size_t(t) * rows + r] + y[r]);
+  }
+  c.shape = "W " + std::to_string(rows) + "x" + std::to_string(K) + " n " + std::to_string(n);
+  c.cpu = [&ctx, w, in, x, n, rows] {
+    std::vector<float> out = *x, tmp(size_t(n) * rows);
+    matmul_residual(ctx.cx(), w->t, in->data(), n, tmp.data(), out.data());
+    return out;
+  };
+  c.cuda = cuda_matmul_residual(w->t, *in, *x, n);
+  return c;
+}
+
 void add_matmul_cases(Context& ctx, std::vector<Case>& cases) {
   std::mt19937 rng(9);
   for (const auto [rows, K] : {std::pair{64, 136}, std::pair{200, 72}, std::pair{136, 1000}, std::pair{136, 256}})
     for (int n : {1, 5, 13, 70}) {
-      auto w = std::make_shared<Weight>(random_weight({rows, K}, 0, 0.1f, rng));
-      auto in = std::make_shared<std::vector<float>>(random_floats(size_t(n) * K, 1.0f, rng));
-      auto x = std::make_shared<std::vector<float>>(random_floats(size_t(n) * rows, 1.0f, rng));
-      Vec expected;
-      for (int t = 0; t < n; ++t) {
-        const Vec y = linear(*w, as_double(in->data() + size_t(t) * K, size_t(K)));
-        for (int r = 0; r < rows; ++r) expected.push_back((*x)[size_t(t) * rows + r] + y[r]);
-      }
-      Case c;
+      Case c = matmul_case(ctx, std::make_shared<Weight>(random_weight({rows, K}, 0, 0.1f, rng)), n, rng);
       c.op = "matmul_residual";
-      c.shape = "W " + std::to_string(rows) + "x" + std::to_string(K) + " n " + std::to_string(n);
       c.tolerance = 2e-5;
       // Past 8 tokens CUDA runs the prefill: the input to bf16, then the bf16 tensor-core GEMM.
       if (n > 8) c.cuda_tolerance = 1e-2;
-      c.expected = std::move(expected);
-      c.cpu = [&ctx, w, in, x, n, rows] {
-        std::vector<float> out = *x, tmp(size_t(n) * rows);
-        matmul_residual(ctx.cx(), w->t, in->data(), n, tmp.data(), out.data());
-        return out;
-      };
-      c.cuda = cuda_matmul_residual(w->t, *in, *x, n);
       cases.push_back(std::move(c));
     }
 }
@@ -405,20 +410,11 @@ void add_quantized_cases(Context& ctx, std::vector<Case>& cases) {
         const std::string fmt = quant_format(type).name;
         const std::string shape = "W " + std::to_string(rows) + "x" + std::to_string(K) + " n " + std::to_string(n);
         const double cpu_tol = 2e-2, cuda_tol = type == QuantType::Q8_0 && n <= 17 ? 2e-5 : 1e-2;
-        {  // x += in W^T
-          auto w = std::make_shared<QuantWeight>(random_quantized(type, rows, K, 0.1f, rng));
-          auto in = std::make_shared<std::vector<float>>(random_floats(size_t(n) * K, 1.0f, rng));
-          auto x = std::make_shared<std::vector<float>>(random_floats(size_t(n) * rows, 1.0f, rng));
-          Vec expected;
-          for (int t = 0; t < n; ++t) {
-            const Vec y = linear(*w, as_double(in->data() + size_t(t) * K, size_t(K)));
-            for (int r = 0; r < rows; ++r) expected.push_back((*x)[size_t(t) * rows + r] + y[r]);
-          }
-          Case c{"matmul_residual " + fmt, shape, cpu_tol, std::move(expected), [&ctx, w, in, x, n, rows] {
-                   std::vector<float> out = *x, tmp(size_t(n) * rows);
-                   matmul_residual(ctx.cx(), w->t, in->data(), n, tmp.data(), out.data());
-                   return out;
-                 }, cuda_matmul_residual(w->t, *in, *x, n), cuda_tol};
+        {
+          Case c = matmul_case(ctx, std::make_shared<QuantWeight>(random_quantized(type, rows, K, 0.1f, rng)), n, rng);
+          c.op = "matmul_residual " + fmt;
+          c.tolerance = cpu_tol;
+          c.cuda_tolerance = cuda_tol;
           cases.push_back(std::move(c));
         }
         {  // the MLP's input: H = K, I = rows
