@@ -415,10 +415,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   void upload_weights() {
     const auto& W = *w_;
-    if (embed_dtype_ == DType::Q8_0) {  // split as the layers' matrices; a tied table is lm_head's (below)
-      if (!c_.tie_word_embeddings)
-        split_on_device(upload(W.embed.data, W.embed.nbytes()), int(W.embed.rows()), int(W.embed.cols()), embed_,
-                        embed_scale_);
+    if (embed_dtype_ == DType::Q8_0) {  // split as the layers' matrices; a tied head reads this copy
+      split_on_device(upload(W.embed.data, W.embed.nbytes()), int(W.embed.rows()), int(W.embed.cols()), embed_,
+                      embed_scale_);
     } else if (embed_dtype_ == W.embed.dtype) {
       embed_ = upload(W.embed.data, W.embed.nbytes());
     } else {  // fp8 weights keep a bf16 embedding
@@ -431,7 +430,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     if (head_dtype_ == DType::F8_E4M3) {
       const DeviceBuffer stored = upload(head.data, head.nbytes());
       quantize_on_device(stored.get(), head.dtype, int(head.rows()), int(head.cols()), lm_head_, lm_head_scale_);
-    } else if (head_dtype_ == DType::Q8_0) {
+    } else if (!c_.tie_word_embeddings && head_dtype_ == DType::Q8_0) {
       split_on_device(upload(head.data, head.nbytes()), int(head.rows()), int(head.cols()), lm_head_, lm_head_scale_);
     } else if (!c_.tie_word_embeddings) {
       lm_head_ = upload(W.lm_head.data, W.lm_head.nbytes());
@@ -568,7 +567,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     DecodeStep& s = step_;
     s.dtype = layer_dtype_;
     s.head_dtype = head_dtype_;
-    s.lm_head_scale = lm_head_scale_.get<float>();
+    s.lm_head_scale = static_cast<const float*>(lm_head_scale());
     s.layers = c_.num_layers;
     s.hidden = H;
     s.intermediate = I;
@@ -597,7 +596,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
       step_plan_.refused = "RUNAHEAD_CUDA_PERSISTENT unset or 1";
     } else if (layer_ops_ != llama_step()) {  // its phases are Llama's layer, fixed in the kernel
       step_plan_.refused = "a layer of Llama's ops (model/arch/llama.cpp)";
-    } else if (layer_dtype_ == DType::Q8_0 || head_dtype_ == DType::Q8_0) {
+    } else if (layer_dtype_ == DType::Q8_0) {
       step_plan_.refused = "dense or fp8 matrices (Q8_0 runs a kernel per op)";
     } else if (qk_norm()) {
       step_plan_.refused = "a layer without per-head q/k RMSNorm (" + c_.architecture + " has q_norm/k_norm)";
@@ -724,15 +723,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   // --- the ops of one step, in order -------------------------------------------------
 
-  const void* lm_head_weights() const {
-    return c_.tie_word_embeddings && head_dtype_ == embed_dtype_ && embed_dtype_ != DType::Q8_0 ? embed_.get()
-                                                                                                 : lm_head_.get();
-  }
-  // The table the embedding lookup reads and its Q8_0 block scales: a tied Q8_0 table is lm_head's.
-  std::pair<const void*, const void*> embedding_table() const {
-    if (embed_dtype_ == DType::Q8_0 && c_.tie_word_embeddings) return {lm_head_.get(), lm_head_scale_.get()};
-    return {embed_.get(), embed_scale_.get()};
-  }
+  bool head_is_embedding() const { return c_.tie_word_embeddings && head_dtype_ == embed_dtype_; }
+  const void* lm_head_weights() const { return head_is_embedding() ? embed_.get() : lm_head_.get(); }
+  const void* lm_head_scale() const { return head_is_embedding() ? embed_scale_.get() : lm_head_scale_.get(); }
 
   QkvRope qkv_args(int l) const {
     const DeviceLayer& d = layers_[l];
@@ -767,8 +760,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   }
 
   void enqueue_embedding(int n) override {
-    const auto [table, scale] = embedding_table();
-    embedding_lookup(table, embed_dtype_, scale, c_.hidden_size, tokens_d_.get<int32_t>(), n, x_.get<float>(), stream_);
+    embedding_lookup(embed_.get(), embed_dtype_, embed_scale_.get(), c_.hidden_size, tokens_d_.get<int32_t>(), n,
+                     x_.get<float>(), stream_);
   }
   void enqueue_qkv(int l, int n) {
     rmsnorm_qkv_rope_append(qkv_args(l), x_.get<float>(), n, pos_d_.get<int>(), q_.get<float>(), sms_, stream_);
@@ -815,7 +808,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     LmHead a;
     a.w = lm_head_weights();
     a.dtype = head_dtype_;
-    a.scale = lm_head_scale_.get();
+    a.scale = lm_head_scale();
     a.norm = final_norm_.get<float>();
     a.eps = c_.rms_norm_eps;
     a.hidden = c_.hidden_size;
@@ -1065,8 +1058,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   const std::string quantized_;
   const DType layer_dtype_, head_dtype_, embed_dtype_;  // as the device keeps them
-  DeviceBuffer embed_, embed_scale_, lm_head_, lm_head_scale_, final_norm_;  // the scales: fp8 or Q8_0 only
-  DeviceBuffer prefill_w_;  // fp8 weights: the matrix a prefill GEMM reads, widened to bf16
+  DeviceBuffer embed_, embed_scale_, lm_head_, lm_head_scale_, final_norm_;  // embed_scale_: Q8_0; lm_head_scale_: fp8, Q8_0
+  DeviceBuffer prefill_w_;  // fp8 and Q8_0 weights: the matrix a prefill GEMM reads, widened to bf16
   std::vector<DeviceLayer> layers_;
   DeviceBuffer rope_cos_, rope_sin_, k_cache_, v_cache_;
   DeviceBuffer pos_d_, tokens_d_, x_, q_, att_, act_, logits_d_, head_partial_, head_counter_;
