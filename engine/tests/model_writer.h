@@ -4,9 +4,12 @@
 // the engine's own list, so a wrong name or shape in the engine fails the tests.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -131,6 +134,31 @@ inline std::vector<TensorSpec> decoder_tensors(const json& c, const std::string&
 inline void write_model(const fs::path& dir, const json& config, const std::vector<TensorSpec>& tensors) {
   write_file(dir / "config.json", config.dump(2));
   write_file(dir / "model.safetensors", safetensors_file(tensors));
+}
+
+// config.json + model.safetensors in `dir`: the tensors of decoder_tensors(config) in F32 with
+// random values of a trained model's scale (matrices uniform in +-1/sqrt(in), the embedding
+// in +-1, norm weights 1 +- 0.1, biases +- 0.1), the same for the same seed.
+inline void write_random_model(const fs::path& dir, const json& config, uint32_t seed = 1) {
+  std::vector<TensorSpec> tensors = decoder_tensors(config, "F32");
+  std::mt19937 rng(seed);
+  json header = json::object();
+  std::string data;
+  for (const TensorSpec& t : tensors) {
+    const bool matrix = t.shape.size() == 2, norm = !matrix && t.name.find("bias") == std::string::npos;
+    const float scale = t.name == "model.embed_tokens.weight" ? 1.0f : matrix ? 1.0f / std::sqrt(float(t.shape[1])) : 0.1f;
+    std::uniform_real_distribution<float> u(-scale, scale);
+    const size_t begin = data.size(), n = spec_bytes(t) / 4;
+    for (size_t i = 0; i < n; ++i) {
+      const float v = (norm ? 1.0f : 0.0f) + u(rng);
+      data.append(reinterpret_cast<const char*>(&v), 4);
+    }
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  write_file(dir / "config.json", config.dump(2));
+  write_file(dir / "model.safetensors", safetensors_raw(text, data));
 }
 
 // The EngineError that `f` throws; fails the test if it throws nothing.

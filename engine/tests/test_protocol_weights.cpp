@@ -1,7 +1,8 @@
-// Weight formats over the protocol: options.weights "q8_0" quantizes at load, a .gguf file is
-// a model, and the load report says which formats run.
+// Weight formats over the protocol: options.weights "q8_0" and "q4_k_m" quantize at load, a
+// .gguf file is a model, and the load report says which formats run.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "code_prompts.h"
@@ -120,4 +121,53 @@ TEST_CASE("protocol weights: fp8 weights and lm_head are refused on the CPU back
   const json loaded = load(engine, model, {{"backend", "cpu"}, {"lm_head", "bf16"}, {"speculation", "off"}});
   CHECK(loaded["type"] == "loaded");
   CHECK(generate(engine).size() == 16);
+}
+
+// options.weights "q4_k_m": llama.cpp's Q4_K_M mix quantized at load (model/quantize.h), with
+// a "quantizing" progress stage that counts the matrices; the hello lists the value, and an
+// unknown value's error names it among those expected.
+TEST_CASE("protocol weights: options.weights q4_k_m quantizes to the Q4_K_M mix at load and generates on the CPU") {
+  TempDir dir;
+  json config = tiny_config("Qwen2ForCausalLM");
+  config["vocab_size"] = 512;
+  config["hidden_size"] = 256;
+  config["intermediate_size"] = 512;
+  config["num_hidden_layers"] = 3;
+  config["max_position_embeddings"] = 256;
+  config["tie_word_embeddings"] = false;
+  config["torch_dtype"] = "float32";
+  write_random_model(dir.path, config);
+
+  EngineProcess engine;
+  engine.send(json{{"type", "hello"}});
+  const auto hello = engine.read();
+  REQUIRE(hello);
+  const json values = (*hello)["capabilities"]["weights"];
+  CHECK(std::find(values.begin(), values.end(), "q4_k_m") != values.end());
+
+  engine.send(json{{"type", "load"},
+                   {"id", "l"},
+                   {"model", dir.path.string()},
+                   {"options", {{"backend", "cpu"}, {"speculation", "off"}, {"weights", "q4_k_m"}}}});
+  std::vector<json> progress;
+  const auto loaded = engine.read_until([](const json& m) { return m["type"] != "load_progress"; }, &progress);
+  REQUIRE(loaded);
+  REQUIRE((*loaded)["type"] == "loaded");
+  CHECK((*loaded)["report"]["weights"] == "q4_k+q6_k");
+  CHECK((*loaded)["report"]["dtype"] == "q4_k");
+  json last;
+  for (const json& p : progress)
+    if (p["stage"] == "quantizing") last = p;
+  REQUIRE(last.is_object());
+  CHECK(last["done"] == last["total"]);
+  CHECK(last["total"] == 2 + 3 * 7);  // embedding, lm_head, 7 matrices a layer
+  CHECK(generate(engine).size() == 16);
+
+  engine.send(json{{"type", "load"}, {"id", "x"}, {"model", dir.path.string()}, {"options", {{"weights", "q4_k_s"}}}});
+  const auto refused = engine.read_until([](const json& m) { return m["type"] != "load_progress"; });
+  REQUIRE(refused);
+  CHECK((*refused)["type"] == "error");
+  CHECK((*refused)["code"] == "bad_request");
+  CHECK((*refused)["field"] == "options.weights");
+  CHECK((*refused)["expected"].get<std::string>().find("\"q4_k_m\"") != std::string::npos);
 }

@@ -7,7 +7,7 @@ import { fimTemplateNames, type FimTemplateName } from './remote/fimTemplates';
 export type Backend = 'auto' | 'cpu' | 'cuda' | 'remote';
 export type Speculation = 'auto' | 'off' | 'lookup' | 'mtp' | 'draft';
 /** How the engine keeps the weights (engine/PROTOCOL.md: options.weights, options.lm_head). */
-export type WeightsSetting = 'auto' | 'q8_0' | 'fp8' | 'fp8-lm-head';
+export type WeightsSetting = 'auto' | 'q8_0' | 'q4_k_m' | 'fp8' | 'fp8-lm-head';
 
 export interface Settings {
   enabled: boolean;
@@ -19,7 +19,7 @@ export interface Settings {
   enginePath: string;
   backend: Backend;
   speculation: Speculation;
-  /** `auto` as stored; `q8_0` quantized at load; `fp8` / `fp8-lm-head` on the GPU only. */
+  /** `auto` as stored; `q8_0` / `q4_k_m` quantized at load; `fp8` / `fp8-lm-head` on the GPU only. */
   weights: WeightsSetting;
   maxDraftTokens: number;
   /** Optimisations that must be active after a load (engine/PROTOCOL.md options.require); one that is not degrades the status. */

@@ -30,6 +30,7 @@ describe('engine load options for the weight format', () => {
     const s = (weights: unknown) => readSettings({ weights });
     assert.deepEqual(weightOptions(s('auto')), {});
     assert.deepEqual(weightOptions(s('q8_0')), { weights: 'q8_0' });
+    assert.deepEqual(weightOptions(s('q4_k_m')), { weights: 'q4_k_m' });
     assert.deepEqual(weightOptions(s('fp8')), { weights: 'fp8' });
     assert.deepEqual(weightOptions(s('fp8-lm-head')), { lm_head: 'fp8' });
     assert.deepEqual(withoutWeightOptions({ backend: 'cpu', weights: 'fp8', lm_head: 'fp8', speculation: 'auto' }), { backend: 'cpu', speculation: 'auto' });

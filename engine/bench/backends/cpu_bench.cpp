@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "cpu/thread_pool.h"
 #include "runtime/cpus.h"
 #include "model/error.h"
+#include "model/quantize.h"
 #include "model/weights.h"
 #include "runtime/backend.h"
 
@@ -31,6 +33,7 @@ struct BenchArgs {
   int ctx = 512;
   int tokens = 32;
   int threads = 0;
+  std::string weights = "auto";  // --weights: "auto" (as stored), or quantized at load: "q8_0", "q4_k_m"
   bool json = false;
 };
 
@@ -60,6 +63,11 @@ BenchArgs parse_args(int argc, char** argv) {
     else if (arg == "--ctx") a.ctx = positive(i);
     else if (arg == "--tokens") a.tokens = positive(i);
     else if (arg == "--threads") a.threads = positive(i);
+    else if (arg == "--weights") {
+      a.weights = value(i);
+      if (a.weights != "auto" && !quantizes_at_load(a.weights))
+        throw std::invalid_argument("--weights expects auto, q8_0 or q4_k_m, got '" + a.weights + "'");
+    }
     else if (arg == "--json") a.json = true;
     else throw std::invalid_argument("unknown argument '" + arg + "'");
   }
@@ -85,6 +93,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 nlohmann::json bench(const BenchArgs& a) {
   auto weights = std::make_shared<ModelWeights>(
       a.model.empty() ? random_model(a.random_shape) : load_model(a.model));
+  double quantize_s = 0;
+  if (quantizes_at_load(a.weights)) {
+    const auto start = std::chrono::steady_clock::now();
+    weights = std::make_shared<ModelWeights>(quantize_for_option(*weights, a.weights));
+    quantize_s = seconds_since(start);
+  }
   const ModelConfig& c = weights->config;
   BackendOptions options;
   options.threads = a.threads;
@@ -123,6 +137,8 @@ nlohmann::json bench(const BenchArgs& a) {
           {"model", weights->source},
           {"shape", a.random_shape.empty() ? c.architecture : a.random_shape},
           {"dtype", dtype_name(weights->dtype)},
+          {"weights", weight_formats(*weights)},
+          {"quantize_s", quantize_s},
           {"parameters", weights->parameters},
           {"weight_bytes", weights->weight_bytes},
           {"prefill_tokens", a.ctx},
@@ -140,8 +156,11 @@ nlohmann::json bench(const BenchArgs& a) {
 
 void print_report(const nlohmann::json& r) {
   std::printf("model    %s (%s, %.1f MB of weights read per token)\n",
-              r["model"].get<std::string>().c_str(), r["dtype"].get<std::string>().c_str(),
+              r["model"].get<std::string>().c_str(), r["weights"].get<std::string>().c_str(),
               r["weight_bytes"].get<double>() / 1e6);
+  if (r["quantize_s"].get<double>() > 0)
+    std::printf("quantize %.2f s at load (%u hardware threads)\n", r["quantize_s"].get<double>(),
+                std::thread::hardware_concurrency());
   std::printf("backend  %s, %s, %d threads\n", r["backend"].get<std::string>().c_str(),
               r["simd"].get<std::string>().c_str(), r["threads"].get<int>());
   std::printf("prefill  %d tokens in %.0f ms: %.1f tokens/s\n", r["prefill_tokens"].get<int>(),

@@ -37,7 +37,7 @@ struct CudaBenchArgs {
   int ctx = 512, tokens = 256, prefill = 2048, reps = 200;
   bool json = false;
   bool fp8_matrices = false, fp8_lm_head = false;  // --weights fp8, --lm-head fp8 (the load options)
-  bool q8_0 = false;  // --weights q8_0: every matrix quantized to Q8_0 on the host, run as stored
+  std::string quantize;  // --weights q8_0 | q4_k_m: the matrices quantized on the host (model/quantize.h)
   std::string agreement;  // --agreement FILE: token ids (separated by commas or whitespace) of real text
   std::string timeline;   // --timeline FILE: token ids of a prompt for the step loop's timeline
   std::string speculation = "off,lookup,auto";  // --speculation: the modes --timeline runs
@@ -45,7 +45,7 @@ struct CudaBenchArgs {
 
 constexpr const char* kUsage =
     "usage: runahead-engine bench --backend cuda (--model DIR | --random-shape qwen2.5-coder-0.5b|1.5b|7b)\n"
-    "                             [--ctx N] [--tokens N] [--prefill N] [--reps N] [--weights auto|fp8|q8_0]\n"
+    "                             [--ctx N] [--tokens N] [--prefill N] [--reps N] [--weights auto|fp8|q8_0|q4_k_m]\n"
     "                             [--lm-head auto|fp8] [--agreement IDS_FILE] [--json]\n"
     "                             [--timeline IDS_FILE [--speculation off,lookup,auto]]\n"
     "--agreement: instead of timing, the top-1 agreement of the fp8 options with the model as stored,\n"
@@ -86,12 +86,12 @@ CudaBenchArgs parse(int argc, char** argv) {
     else if (arg == "--speculation") a.speculation = value(i);
     else if (arg == "--weights" || arg == "--lm-head") {
       const std::string v = value(i);
-      const bool q8_0 = arg == "--weights" && v == "q8_0";
-      if (v != "auto" && v != "fp8" && !q8_0)
-        throw std::invalid_argument(arg + " expects auto or fp8" + (arg == "--weights" ? " or q8_0" : "") + ", got '" +
-                                    v + "'");
+      const bool quantize = arg == "--weights" && quantizes_at_load(v);
+      if (v != "auto" && v != "fp8" && !quantize)
+        throw std::invalid_argument(arg + " expects auto or fp8" + (arg == "--weights" ? ", q8_0 or q4_k_m" : "") +
+                                    ", got '" + v + "'");
       (arg == "--weights" ? a.fp8_matrices : a.fp8_lm_head) = v == "fp8";
-      if (arg == "--weights") a.q8_0 = q8_0;
+      if (arg == "--weights") a.quantize = quantize ? v : "";
     } else throw std::invalid_argument("unknown argument '" + arg + "'");
   }
   if (a.model.empty() == a.random_shape.empty())
@@ -425,7 +425,7 @@ nlohmann::json bench(const CudaBenchArgs& a) {
   if (!cuda_available()) throw EngineError("cuda_error", "no CUDA device is available");
   if (!a.timeline.empty()) return timeline(a);
   auto weights = std::make_shared<ModelWeights>(a.model.empty() ? random_model(a.random_shape) : load_model(a.model));
-  if (a.q8_0) weights = std::make_shared<ModelWeights>(quantize_matrices(*weights, QuantType::Q8_0));
+  if (!a.quantize.empty()) weights = std::make_shared<ModelWeights>(quantize_for_option(*weights, a.quantize));
   if (!a.agreement.empty()) return agreement(a, with_bf16_matrices(weights));
   const ModelConfig& c = weights->config;
   const double bandwidth = copy_bandwidth(size_t(2) << 30);

@@ -1,7 +1,17 @@
 #include "model/quantize.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "model/quant_blocks.h"
 #include "model/error.h"
@@ -14,87 +24,212 @@ namespace runahead {
 
 namespace {
 
+// The bytes of a converted matrix, left uninitialised: the threads that convert its rows
+// write them, so its pages are first touched (faulted in) in parallel instead of being
+// zeroed here on one thread. A large one is 2 MiB-aligned and, on Linux, advised as huge
+// pages (fewer faults; the kernel may decline).
+class MatrixBytes {
+ public:
+  MatrixBytes() = default;
+  explicit MatrixBytes(size_t size) : size_(size) {
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t align = size >= kHuge ? kHuge : 64;
+    bytes_.reset(static_cast<uint8_t*>(std::aligned_alloc(align, std::max(align, (size + align - 1) / align * align))));
+    if (!bytes_) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (align == kHuge) ::madvise(bytes_.get(), (size + align - 1) / align * align, MADV_HUGEPAGE);
+#endif
+  }
+  uint8_t* data() { return bytes_.get(); }
+  size_t size() const { return size_; }
+  bool empty() const { return !bytes_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> bytes_;
+  size_t size_ = 0;
+};
+
 // The buffers of converted tensors, and the storage of the weights they were made from
 // (norms, biases and untouched matrices still point into it).
 struct ConvertedStorage {
   std::shared_ptr<void> base;
-  std::vector<std::vector<uint8_t>> buffers;
+  std::vector<MatrixBytes> buffers;
 };
 
-// Replaces every matrix of `w` by convert(matrix) (or leaves it when that returns false),
-// keeping a tied lm_head tied; recounts the bytes a decode step reads.
+// Where a matrix sits in the model: the embedding (`tied`: also the output head), a layer's
+// matrix of role `role`, or an untied lm_head.
+struct Place {
+  enum Kind : uint8_t { Embed, Layer, Head } kind;
+  bool tied = false;
+  int layer = -1;  // Layer: its index
+  Role role = Role::Count;
+};
+
+// Replaces every matrix of `w` by convert(matrix, place, dtype) (a MatrixBytes of the matrix in
+// `dtype`; an empty one leaves the matrix as it is), keeping a tied lm_head tied; recounts
+// the bytes a decode step reads. `progress` (stage "quantizing": matrices done of all)
+// before the first matrix and after each.
 template <class Convert>
-ModelWeights convert_matrices(const ModelWeights& w, Convert&& convert) {
+ModelWeights convert_matrices(const ModelWeights& w, Convert&& convert, const ProgressFn& progress = {}) {
   ModelWeights out = w;
   auto storage = std::make_shared<ConvertedStorage>();
   storage->base = w.storage;
-  auto apply = [&](Tensor& t) {
-    std::vector<uint8_t> bytes;
-    DType dtype;
-    if (t.empty() || t.shape.size() != 2 || !convert(t, bytes, dtype)) return;
-    storage->buffers.push_back(std::move(bytes));
-    t.dtype = dtype;
-    t.data = storage->buffers.back().data();
+  const bool tied = w.lm_head.data == w.embed.data;
+  const auto is_matrix = [](const Tensor& t) { return !t.empty() && t.shape.size() == 2; };
+  int64_t total = is_matrix(w.embed) + (!tied && is_matrix(w.lm_head)), done = 0;
+  for (const LayerWeights& l : w.layers)
+    for (const Tensor& t : l.by_role) total += is_matrix(t);
+  if (progress) progress("quantizing", 0, total);
+  auto apply = [&](Tensor& t, const Place& place) {
+    if (!is_matrix(t)) return;
+    DType dtype = t.dtype;
+    if (MatrixBytes bytes = convert(t, place, dtype); !bytes.empty()) {
+      t.dtype = dtype;
+      t.data = storage->buffers.emplace_back(std::move(bytes)).data();
+    }
+    if (progress) progress("quantizing", ++done, total);
   };
-  apply(out.embed);
-  for (LayerWeights& l : out.layers)
-    for (Tensor& t : l.by_role) apply(t);
-  if (w.lm_head.data == w.embed.data)
+  apply(out.embed, Place{Place::Embed, tied});
+  for (size_t i = 0; i < out.layers.size(); ++i)
+    for (size_t r = 0; r < size_t(Role::Count); ++r) apply(out.layers[i].by_role[r], Place{Place::Layer, false, int(i), Role(r)});
+  if (tied)
     out.lm_head = out.embed;
   else
-    apply(out.lm_head);
+    apply(out.lm_head, Place{Place::Head});
   out.dtype = out.embed.dtype;
   out.weight_bytes = decode_bytes(out);
   out.storage = storage;
   return out;
 }
 
-}  // namespace
+// body(begin, end) over the rows [0, rows) in chunks of about 64K weights, on up to
+// std::thread::hardware_concurrency() threads (this one included). Each row is written by
+// one call whatever the schedule, so the result does not depend on the number of threads.
+// An exception in a chunk stops the others at their next chunk and is rethrown here.
+template <class Body>
+void for_row_chunks(int64_t rows, int64_t cols, Body&& body) {
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, cols));
+  const int64_t chunks = (rows + chunk - 1) / chunk;
+  const int threads = int(std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), chunks));
+  if (threads <= 1) {
+    if (rows > 0) body(int64_t(0), rows);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto work = [&] {
+    try {
+      for (int64_t c; (c = next.fetch_add(1)) < chunks;) body(c * chunk, std::min(rows, (c + 1) * chunk));
+    } catch (...) {
+      std::lock_guard lock(error_mutex);
+      if (!error) error = std::current_exception();
+      next = chunks;
+    }
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(size_t(threads - 1));
+  for (int i = 1; i < threads; ++i) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
 
-ModelWeights quantize_matrices(const ModelWeights& w, QuantType type) {
+// t's rows in format `type`, quantized on every core. Throws the bad_request of
+// quantize_matrices (naming `option`) when a row is not whole blocks.
+MatrixBytes quantized_rows(const ModelWeights& w, const Tensor& t, QuantType type, const std::string& option) {
   const QuantFormat& f = quant_format(type);
-  return convert_matrices(w, [&](const Tensor& t, std::vector<uint8_t>& bytes, DType& dtype) {
-    if (is_quantized(t.dtype)) return false;
-    const int64_t rows = t.rows(), cols = t.cols();
-    if (cols % f.block_elems != 0)
-      throw EngineError("bad_request",
-                        "options.weights \"" + std::string(f.name) + "\": tensor '" + t.name + "' has rows of " +
-                            std::to_string(cols) + " weights, not a multiple of the format's block of " +
-                            std::to_string(f.block_elems),
-                        w.source, "options.weights", "\"auto\", or a format whose block divides every row");
-    const size_t rb = quant_row_bytes(type, cols);
-    bytes.resize(size_t(rows) * rb);
+  const int64_t rows = t.rows(), cols = t.cols();
+  if (cols % f.block_elems != 0)
+    throw EngineError("bad_request",
+                      "options.weights \"" + option + "\": tensor '" + t.name + "' has rows of " + std::to_string(cols) +
+                          " weights, not a multiple of the " + f.name + " block of " + std::to_string(f.block_elems),
+                      w.source, "options.weights", "\"auto\", or a format whose block divides every row");
+  const size_t rb = quant_row_bytes(type, cols);
+  MatrixBytes bytes(size_t(rows) * rb);
+  for_row_chunks(rows, cols, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = begin; r < end; ++r) {
       widen(t, r * cols, cols, row.data());
       quantize_row(type, row.data(), cols, bytes.data() + size_t(r) * rb);
     }
-    dtype = dtype_of(type);
-    return true;
   });
+  return bytes;
+}
+
+}  // namespace
+
+bool q4_k_m_more_bits(int layer, int layers) {
+  return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+QuantType q4_k_m_type(const ModelWeights& w, const Tensor& t, bool head, int layer, Role role) {
+  const int64_t k_block = quant_format(QuantType::Q4_K).block_elems;  // Q6_K's too
+  if (t.cols() % k_block != 0) return QuantType::Q8_0;
+  if (head) return QuantType::Q6_K;
+  if (layer >= 0 && (role == Role::Wv || role == Role::WDown) && q4_k_m_more_bits(layer, int(w.layers.size())))
+    return QuantType::Q6_K;
+  return QuantType::Q4_K;
+}
+
+ModelWeights quantize_matrices(const ModelWeights& w, QuantType type, const ProgressFn& progress) {
+  return convert_matrices(
+      w,
+      [&](const Tensor& t, const Place&, DType& dtype) {
+        if (is_quantized(t.dtype)) return MatrixBytes();
+        dtype = dtype_of(type);
+        return quantized_rows(w, t, type, quant_format(type).name);
+      },
+      progress);
+}
+
+ModelWeights quantize_q4_k_m(const ModelWeights& w, const ProgressFn& progress) {
+  return convert_matrices(
+      w,
+      [&](const Tensor& t, const Place& p, DType& dtype) {
+        if (is_quantized(t.dtype)) return MatrixBytes();
+        const QuantType type = q4_k_m_type(w, t, p.kind == Place::Head || p.tied, p.kind == Place::Layer ? p.layer : -1, p.role);
+        dtype = dtype_of(type);
+        return quantized_rows(w, t, type, "q4_k_m");
+      },
+      progress);
+}
+
+bool quantizes_at_load(std::string_view weights) { return weights == "q8_0" || weights == "q4_k_m"; }
+
+ModelWeights quantize_for_option(const ModelWeights& w, std::string_view weights, const ProgressFn& progress) {
+  if (weights == "q8_0") return quantize_matrices(w, QuantType::Q8_0, progress);
+  if (weights == "q4_k_m") return quantize_q4_k_m(w, progress);
+  throw EngineError("bad_request", "options.weights: \"" + std::string(weights) + "\" does not quantize at load", w.source,
+                    "options.weights", "\"q8_0\" or \"q4_k_m\"");
 }
 
 ModelWeights with_dense_matrices(const ModelWeights& w, DType to) {
-  return convert_matrices(w, [to](const Tensor& t, std::vector<uint8_t>& bytes, DType& dtype) {
-    if (t.dtype == to) return false;
-    const int64_t n = t.numel(), cols = t.cols();
+  return convert_matrices(w, [to](const Tensor& t, const Place&, DType& dtype) {
+    if (t.dtype == to) return MatrixBytes();
+    const int64_t rows = t.rows(), cols = t.cols();
     const size_t size = dtype_size(to);
-    bytes.resize(size_t(n) * size);
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t i = 0; i < n; i += cols) {
-      widen(t, i, cols, row.data());
-      uint8_t* dst = bytes.data() + size_t(i) * size;
-      if (to == DType::F32) {
-        std::memcpy(dst, row.data(), size_t(cols) * size);
-        continue;
+    MatrixBytes bytes(size_t(rows * cols) * size);
+    for_row_chunks(rows, cols, [&](int64_t begin, int64_t end) {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = begin; r < end; ++r) {
+        widen(t, r * cols, cols, row.data());
+        uint8_t* dst = bytes.data() + size_t(r * cols) * size;
+        if (to == DType::F32) {
+          std::memcpy(dst, row.data(), size_t(cols) * size);
+          continue;
+        }
+        for (int64_t j = 0; j < cols; ++j) {
+          const uint16_t half = to == DType::BF16 ? f32_to_bf16(row[size_t(j)]) : f32_to_f16(row[size_t(j)]);
+          std::memcpy(dst + size_t(j) * size, &half, size);
+        }
       }
-      for (int64_t j = 0; j < cols; ++j) {
-        const uint16_t half = to == DType::BF16 ? f32_to_bf16(row[size_t(j)]) : f32_to_f16(row[size_t(j)]);
-        std::memcpy(dst + size_t(j) * size, &half, size);
-      }
-    }
+    });
     dtype = to;
-    return true;
+    return bytes;
   });
 }
 
@@ -106,7 +241,7 @@ ModelWeights with_fp8_matrices_reference(const ModelWeights& w, bool matrices, b
   const auto replaced = [&](const Tensor& t, auto&& f) {
     std::vector<float> values = widen(t);
     f(values, t.cols());
-    std::vector<uint8_t>& bytes = storage->buffers.emplace_back(values.size() * sizeof(float));
+    MatrixBytes& bytes = storage->buffers.emplace_back(values.size() * sizeof(float));
     std::memcpy(bytes.data(), values.data(), bytes.size());
     Tensor r = t;
     r.data = bytes.data();

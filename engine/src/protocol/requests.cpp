@@ -92,7 +92,7 @@ LoadRequest parse_load(const json& request) {
     load.options.newline_tokens = as_token_ids(*v, "options.newline_tokens");
   if (const json* v = optional_field(*options, "weights"))
     load.options.weights = as_one_of(*v, "options.weights", weight_options(), "value",
-                                     "\"auto\" (as stored), \"q8_0\" or \"fp8\" (CUDA)");
+                                     "\"auto\" (as stored), \"q8_0\", \"q4_k_m\" or \"fp8\" (CUDA)");
   if (const json* v = optional_field(*options, "lm_head"))
     load.options.lm_head = as_one_of(*v, "options.lm_head", lm_head_options(), "value",
                                      "\"auto\", \"bf16\" or \"fp8\" (CUDA)");

@@ -9,9 +9,10 @@ namespace runahead {
 
 const char* const kBenchUsage =
     "usage: runahead-engine bench (--model DIR|FILE.gguf | --random-shape qwen2.5-coder-0.5b|1.5b|7b)\n"
-    "                             [--ctx N] [--tokens N] [--threads N] [--json]\n"
+    "                             [--ctx N] [--tokens N] [--threads N] [--weights auto|q8_0|q4_k_m] [--json]\n"
     "       runahead-engine bench --backend cuda (--model DIR | --random-shape ...)\n"
-    "                             [--ctx N] [--tokens N] [--prefill N] [--reps N] [--json]\n";
+    "                             [--ctx N] [--tokens N] [--prefill N] [--reps N]\n"
+    "                             [--weights auto|fp8|q8_0|q4_k_m] [--json]\n";
 
 int run_bench(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {

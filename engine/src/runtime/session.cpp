@@ -157,7 +157,7 @@ const std::vector<std::string>& optimization_names() {
 }
 
 const std::vector<std::string>& weight_options() {
-  static const std::vector<std::string> options = {"auto", "q8_0", "fp8"};
+  static const std::vector<std::string> options = {"auto", "q8_0", "q4_k_m", "fp8"};
   return options;
 }
 
@@ -208,11 +208,9 @@ std::unique_ptr<Session> Session::open_checked(const std::string& model, const L
   session->weights_ = std::make_shared<const ModelWeights>(
       model.starts_with(kRandomPrefix) ? random_model(model.substr(kRandomPrefix.size()))
                                        : load_model(model, progress));
-  if (options.weights == "q8_0") {
-    if (progress) progress("quantizing", 0, 1);
-    session->weights_ = std::make_shared<const ModelWeights>(quantize_matrices(*session->weights_, QuantType::Q8_0));
-    if (progress) progress("quantizing", 1, 1);
-  }
+  if (quantizes_at_load(options.weights))
+    session->weights_ =
+        std::make_shared<const ModelWeights>(quantize_for_option(*session->weights_, options.weights, progress));
   const ModelConfig& config = session->weights_->config;
   const std::vector<int32_t> newline_ids = newline_tokens_for(model, options, config.vocab_size);
 

@@ -23,7 +23,8 @@ struct LoadOptions {
   std::optional<std::vector<int32_t>> newline_tokens;  // absent: from the folder's tokenizer.json
   SpeculationOptions speculation;
   // weight_options(): "auto" as stored, "q8_0" dense matrices quantized at load (any backend),
-  // "fp8" every matrix but the embedding as fp8 e4m3 on the device (CUDA only).
+  // "q4_k_m" likewise in llama.cpp's Q4_K_M mix of Q4_K and Q6_K (model/quantize.h), "fp8"
+  // every matrix but the embedding as fp8 e4m3 on the device (CUDA only).
   std::string weights = "auto";
   // lm_head_options(): "auto" (fp8 with weights "fp8", else as the weights) | "bf16" (as the
   // weights: not quantized) | "fp8" (CUDA only).

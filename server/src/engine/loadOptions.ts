@@ -34,6 +34,7 @@ export function speculationOptions(settings: Settings, draft: string | undefined
 export function weightOptions(settings: Settings): LoadOptions {
   switch (settings.weights) {
     case 'q8_0': return { weights: 'q8_0' };
+    case 'q4_k_m': return { weights: 'q4_k_m' };
     case 'fp8': return { weights: 'fp8' };
     case 'fp8-lm-head': return { lm_head: 'fp8' };
     default: return {};
