@@ -16,6 +16,8 @@
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_memory.h"
+#include "model/quantize.h"
+#include "runtime/backend.h"
 
 namespace runahead::testing {
 
@@ -89,6 +91,64 @@ template <class T> std::vector<T> to_host(const cuda::DeviceBuffer& b, size_t n)
   std::vector<T> v(n);
   cuda::check_cuda(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost), "test download");
   return v;
+}
+
+// A model of block-quantized weights as the CUDA backend runs it (`cuda`, loaded from `q`)
+// against the same weights widened exactly to f32 on the CPU backend: the logits of every path
+// within 0.1 % of the largest (the matrix-vector path at 8 and 17 tokens, single steps, the
+// device loop and the device verify of its tokens, which keeps them all) and the tensor-core
+// prefill, which reads the weights rounded to bf16, within 2 %.
+inline void check_like_f32_reference(const std::shared_ptr<const ModelWeights>& q, CudaBackend& cuda) {
+  auto reference = std::make_shared<const ModelWeights>(with_dense_matrices(*q, DType::F32));
+  auto cpu = make_cpu_backend(reference, BackendOptions{2, 512});
+  const int V = q->config.vocab_size;
+  std::mt19937 rng(17);
+  const std::vector<int32_t> prompt = random_tokens(40, V, rng), long_prompt = random_tokens(300, V, rng);
+  constexpr double kTol = 1e-3;
+  std::vector<float> a, b;
+  // A 40-token prompt in chunks (17 tokens, then the rest), 8 rows of logits; then single steps.
+  cpu->forward(prompt, 8, a);
+  cuda.forward(prompt, 8, b);
+  CHECK(relative_max(b, a) < kTol);
+  int32_t next = argmax_row(b, 7, V);
+  for (int i = 0; i < 10; ++i) {
+    cpu->forward(std::span<const int32_t>(&next, 1), 1, a);
+    cuda.forward(std::span<const int32_t>(&next, 1), 1, b);
+    CHECK(relative_max(b, a) < kTol);
+    CHECK(argmax_row(a, 0, V) == argmax_row(b, 0, V));
+    next = argmax_row(b, 0, V);
+  }
+  // The device loop, then the device verify of its tokens as a draft: all kept, and the
+  // reference picks each of them.
+  std::vector<int32_t> got;
+  cuda.decode_greedy(next, 6, [&](int32_t token) {
+    got.push_back(token);
+    return true;
+  });
+  REQUIRE(got.size() == 6);
+  cuda.truncate(cuda.kv_len() - 6);
+  const GreedyVerdict verdict = cuda.verify_greedy(next, std::span<const int32_t>(got.data(), 5));
+  CHECK(verdict.accepted == 5);
+  CHECK(verdict.next == got[5]);
+  std::vector<int32_t> step = {next};
+  step.insert(step.end(), got.begin(), got.begin() + 5);
+  cpu->forward(step, 6, a);
+  for (size_t i = 0; i < 6; ++i) CHECK(argmax_row(a, i, V) == got[i]);
+
+  // A prompt long enough for the tensor-core prefill (the weights widened to bf16).
+  cpu->truncate(0);
+  cuda.truncate(0);
+  cpu->forward(long_prompt, 8, a);
+  cuda.forward(long_prompt, 8, b);
+  CHECK(relative_max(b, a) < 0.02);
+}
+
+// How block-quantized weights run, as the self-check's quantized_kernels says: whether it is
+// active and its `why` (empty when the backend reports no such check).
+inline std::pair<bool, std::string> quantized_check(const CudaBackend& backend) {
+  for (const OptimizationCheck& c : backend.self_check())
+    if (c.name == "quantized_kernels") return {c.active, c.why};
+  return {false, ""};
 }
 
 }  // namespace runahead::testing

@@ -74,73 +74,18 @@ TEST_CASE("cuda q8_0: Q8_0 weights run as stored and compute what the same weigh
     CAPTURE(model);
     const ModelWeights loaded = load_model(models / model);
     auto q8 = std::make_shared<const ModelWeights>(quantize_matrices(loaded, QuantType::Q8_0));
-    auto reference = std::make_shared<const ModelWeights>(with_dense_matrices(*q8, DType::F32));
     BackendOptions options;
     options.context_length = 512;
     options.require = {"quantized_kernels"};
     auto cuda = make_cuda_backend(q8, options);
-    auto cpu = make_cpu_backend(reference, BackendOptions{2, 512});
     const auto optimizations = cuda->describe()["optimizations"];
     CHECK(optimizations["weights"].get<std::string>().rfind("Q8_0 as stored", 0) == 0);
     CHECK(optimizations["lm_head"].get<std::string>() == "Q8_0");
     CHECK(optimizations["decode_step"].get<std::string>().find("dense or fp8 matrices") != std::string::npos);
-    const auto checks = cuda->self_check();
-    const auto quantized = std::find_if(checks.begin(), checks.end(), [](const OptimizationCheck& c) {
-      return c.name == "quantized_kernels";
-    });
-    REQUIRE(quantized != checks.end());
-    CHECK(quantized->active);
+    CHECK(quantized_check(*cuda).first);
 
-    const int V = q8->config.vocab_size;
-    std::mt19937 rng(17);
-    const std::vector<int32_t> prompt = random_tokens(40, V, rng), long_prompt = random_tokens(300, V, rng);
-    constexpr double kTol = 1e-3;
-    std::vector<float> a, b;
-    // The matrix-vector path: a 40-token prompt in chunks (17 tokens, then the rest), 8 rows of
-    // logits; then single steps.
-    cpu->forward(prompt, 8, a);
-    cuda->forward(prompt, 8, b);
-    CHECK(relative_max(b, a) < kTol);
-    int32_t next = argmax_row(b, 7, V);
-    for (int i = 0; i < 10; ++i) {
-      cpu->forward(std::span<const int32_t>(&next, 1), 1, a);
-      cuda->forward(std::span<const int32_t>(&next, 1), 1, b);
-      CHECK(relative_max(b, a) < kTol);
-      CHECK(argmax_row(a, 0, V) == argmax_row(b, 0, V));
-      next = argmax_row(b, 0, V);
-    }
-    // The device loop, then the device verify of its tokens as a draft: all kept, and the
-    // reference picks each of them.
-    std::vector<int32_t> got;
-    cuda->decode_greedy(next, 6, [&](int32_t token) {
-      got.push_back(token);
-      return true;
-    });
-    REQUIRE(got.size() == 6);
-    cuda->truncate(cuda->kv_len() - 6);
-    const GreedyVerdict verdict = cuda->verify_greedy(next, std::span<const int32_t>(got.data(), 5));
-    CHECK(verdict.accepted == 5);
-    CHECK(verdict.next == got[5]);
-    std::vector<int32_t> step = {next};
-    step.insert(step.end(), got.begin(), got.begin() + 5);
-    cpu->forward(step, 6, a);
-    for (size_t i = 0; i < 6; ++i) CHECK(argmax_row(a, i, V) == got[i]);
-
-    // A prompt long enough for the tensor-core prefill (the weights widened to bf16).
-    cpu->truncate(0);
-    cuda->truncate(0);
-    cpu->forward(long_prompt, 8, a);
-    cuda->forward(long_prompt, 8, b);
-    CHECK(relative_max(b, a) < 0.02);
+    check_like_f32_reference(q8, *cuda);
   }
-}
-
-// How block-quantized weights run, as the self-check's quantized_kernels says: `why` of the
-// check that `backend` reports (empty when it has none), and whether it is active.
-std::pair<bool, std::string> quantized_check(const CudaBackend& backend) {
-  for (const OptimizationCheck& c : backend.self_check())
-    if (c.name == "quantized_kernels") return {c.active, c.why};
-  return {false, ""};
 }
 
 TEST_CASE("cuda q8_0: a small Q8_0 model, Q8_0 with fp8, or Q8_0 mixed with another format runs widened to bf16") {

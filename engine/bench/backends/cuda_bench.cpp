@@ -173,39 +173,54 @@ nlohmann::json time_verify_steps(CudaBackend& backend, int ctx, int reps) {
   return {{"plain_ms", plain}, {"reps", reps}, {"steps", steps}};
 }
 
+// Bytes of matrix t as the device keeps it in dtype d: an fp8 matrix adds a 4-byte scale per
+// row; Q8_0 and K-quants (d Q4_K: Q4_K and Q6_K rows) are read as stored; a block format the
+// device widens is counted as its bf16.
+double device_matrix_bytes(const Tensor& t, DType d) {
+  if (d == DType::F8_E4M3) return double(t.numel()) + 4.0 * double(t.rows());
+  if (d == DType::Q4_K && (t.dtype == DType::Q4_K || t.dtype == DType::Q6_K)) return double(t.nbytes());
+  return d == t.dtype ? double(t.nbytes()) : double(t.numel()) * double(dtype_size(d));  // widened to d
+}
+
 // The time of each op family of the decode step alone: its launches for every layer captured
 // in a graph of their own, replayed `reps` times.
 nlohmann::json profile_decode_ops(CudaBackend& backend, int reps) {
   StepParts& p = backend.step_parts();
   const ModelWeights& w = p.weights();
   const ModelConfig& c = w.config;
-  // Bytes a weight: Q8_0's f16 scale spread over its block of 32.
-  const auto element = [](DType d) { return d == DType::Q8_0 ? 34.0 / 32.0 : double(dtype_size(d)); };
-  const double es = element(p.layer_dtype()), head_es = element(p.head_dtype());
-  const int L = c.num_layers, H = c.hidden_size, I = c.intermediate_size;
-  const int qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
+  // The bytes of the matrices of `roles` over every layer, as the device keeps them.
+  const auto layer_bytes = [&](std::initializer_list<Role> roles) {
+    double bytes = 0;
+    for (const LayerWeights& l : w.layers)
+      for (const Role r : roles) bytes += device_matrix_bytes(l[r], p.layer_dtype());
+    return bytes;
+  };
+  const int L = c.num_layers;
+  const int kvd = c.num_kv_heads * c.head_dim;
   struct Family {
     std::string name;
     std::function<void()> enqueue;
     double bytes;
   };
   // One family per op of the layer, its launches for every layer together.
-  std::vector<Family> families = {{"embedding_lookup", [&] { p.enqueue_embedding(1); }, double(H) * es}};
+  // One row of the embedding (bf16 beside fp8 layers).
+  const DType embed_dtype = p.layer_dtype() == DType::F8_E4M3 ? DType::BF16 : p.layer_dtype();
+  std::vector<Family> families = {{"embedding_lookup", [&] { p.enqueue_embedding(1); },
+                                   device_matrix_bytes(w.embed, embed_dtype) / double(c.vocab_size)}};
   for (const Op& op : architecture_of(c).step) {
     double bytes = 0;
     switch (op.kind) {
-      case OpKind::RmsnormQkvRopeAppend: bytes = double(qd + 2 * kvd) * H * es; break;
-      case OpKind::Attention: bytes = 2.0 * backend.kv_len() * kvd * 4; break;
-      case OpKind::MatmulResidual: bytes = double(w.layers[0][op.weight].numel()) * es; break;
-      case OpKind::RmsnormGateUpSwiglu: bytes = 2.0 * I * H * es; break;
+      case OpKind::RmsnormQkvRopeAppend: bytes = layer_bytes({Role::Wq, Role::Wk, Role::Wv}); break;
+      case OpKind::Attention: bytes = double(L) * 2.0 * backend.kv_len() * kvd * 4; break;
+      case OpKind::MatmulResidual: bytes = layer_bytes({op.weight}); break;
+      case OpKind::RmsnormGateUpSwiglu: bytes = layer_bytes({Role::WGate, Role::WUp}); break;
     }
     const std::string name = std::string(op_name(op.kind)) +
                              (op.kind == OpKind::MatmulResidual ? std::string(" (") + role_name(op.weight) + ")" : "");
-    families.push_back({name, [&p, op, L] { for (int l = 0; l < L; ++l) p.enqueue_op(op, l, 1); },
-                        double(L) * bytes});
+    families.push_back({name, [&p, op, L] { for (int l = 0; l < L; ++l) p.enqueue_op(op, l, 1); }, bytes});
   }
-  families.push_back(
-      {"rmsnorm_lm_head_argmax", [&] { p.enqueue_head(0, 1, StepEnd{}); }, double(c.vocab_size) * H * head_es});
+  families.push_back({"rmsnorm_lm_head_argmax", [&] { p.enqueue_head(0, 1, StepEnd{}); },
+                      device_matrix_bytes(w.lm_head, p.head_dtype())});
   nlohmann::json out = nlohmann::json::array();
   for (const Family& f : families) {
     GraphExec g = p.capture(f.enqueue);
@@ -310,18 +325,13 @@ nlohmann::json profile_prefill_ops(CudaBackend& backend, int n) {
 }
 
 // Bytes of weights a decode step reads as the device keeps them: the layers' matrices and
-// lm_head in their device dtypes (an fp8 matrix adds a 4-byte scale per row; Q8_0 is read as
-// stored; a block format the device widens is counted as its bf16), norms and
-// biases as stored; the embedding row is left out, as ModelWeights::weight_bytes leaves it.
+// lm_head as device_matrix_bytes counts them, norms and biases as stored; the embedding row is
+// left out, as ModelWeights::weight_bytes leaves it.
 double device_weight_bytes(const ModelWeights& w, StepParts& p) {
-  const auto matrix = [](const Tensor& t, DType d) {
-    if (d == DType::F8_E4M3) return double(t.numel()) + 4.0 * double(t.rows());
-    return d == t.dtype ? double(t.nbytes()) : double(t.numel()) * double(dtype_size(d));  // widened to d
-  };
-  double bytes = matrix(w.lm_head, p.head_dtype()) + double(w.final_norm.nbytes());
+  double bytes = device_matrix_bytes(w.lm_head, p.head_dtype()) + double(w.final_norm.nbytes());
   for (const LayerWeights& l : w.layers)
     for (const Tensor& t : l.by_role)
-      if (!t.empty()) bytes += t.shape.size() == 2 ? matrix(t, p.layer_dtype()) : double(t.nbytes());
+      if (!t.empty()) bytes += t.shape.size() == 2 ? device_matrix_bytes(t, p.layer_dtype()) : double(t.nbytes());
   return bytes;
 }
 

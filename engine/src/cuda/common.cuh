@@ -157,6 +157,14 @@ template <> struct Chunk<Q8Weight> {
 };
 template <class W> constexpr bool kIsQ8 = std::is_same_v<W, Q8Weight>;
 
+}  // namespace runahead::cuda
+#include "cuda/kquant.cuh"
+namespace runahead::cuda {
+// A K-quant chunk (kquant.cuh): 16 bytes of 4-bit weights, 32 weights; read by its own dot product.
+template <> struct Chunk<KQWeight> {
+  static constexpr int kElems = 32;
+};
+
 // What a sum of W's products is multiplied by (before a row's scale).
 template <class W> constexpr float kSumScale = kIsFp8<W> ? kFp8OutputScale : 1.0f;
 
@@ -177,10 +185,13 @@ template <class F> void with_weight_type(DType dtype, F&& f) {
   }
 }
 
-// with_weight_type for a matrix of the matrix-vector ops, which also read Q8_0 (as Q8Weight).
+// with_weight_type for a matrix of the matrix-vector ops, which also read Q8_0 (as Q8Weight)
+// and K-quant matrices (DType::Q4_K on the device, kquant.cuh, as KQWeight).
 template <class F> void with_matrix_type(DType dtype, F&& f) {
   if (dtype == DType::Q8_0)
     f(static_cast<const Q8Weight*>(nullptr));
+  else if (dtype == DType::Q4_K || dtype == DType::Q6_K)
+    f(static_cast<const KQWeight*>(nullptr));
   else
     with_weight_type(dtype, std::forward<F>(f));
 }
@@ -375,16 +386,45 @@ struct GemvSplit {
 
 // A weight matrix as the matrix-vector ops read it: rows of K elements of W, and `scale`: for
 // fp8 an f32 per row by which each row's sums are multiplied, for Q8_0 the f16 block scales
-// ([rows, K / 32]), null otherwise.
+// ([rows, K / 32]), for a K-quant matrix its Q6_K rows (from row q6_from on; `w` holds the
+// Q4_K rows before it), null otherwise.
 template <class W> struct RowMatrix {
   const W* w;
   const void* scale;
   int K;
+  int q6_from = 0;
   __device__ const W* row(int r) const { return w + size_t(r) * K; }
+  __device__ const uint8_t* kq_row(int r) const {
+    return r < q6_from ? reinterpret_cast<const uint8_t*>(w) + size_t(r) * q4k_row_bytes(K)
+                       : static_cast<const uint8_t*>(scale) + size_t(r - q6_from) * q6k_row_bytes(K);
+  }
   __device__ const __half* block_scales(int r) const {
     return kIsQ8<W> ? static_cast<const __half*>(scale) + size_t(r) * (K / kQ8Block) : nullptr;
   }
 };
+
+// warp_dot_rows for the R rows `rows` of a K-quant matrix (kquant.cuh); the rows of a unit are
+// all Q4_K or all Q6_K.
+template <int R, int NT>
+__device__ __forceinline__ void kq_dot_rows(const RowMatrix<KQWeight>& m, const int (&rows)[R], int c_begin,
+                                            int c_end, const float* x, int ldx, int n, const float* g,
+                                            float (&acc)[R][NT]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+  const uint8_t* row[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) row[r] = m.kq_row(rows[r]);
+  if (rows[0] < m.q6_from)
+    q4k_dot_rows<R, NT>(row, m.K, c_begin, c_end, x, ldx, n, g, acc);
+  else
+    q6k_dot_rows<R, NT>(row, m.K, c_begin, c_end, x, ldx, n, g, acc);
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = warp_sum(acc[r][t]);
+}
 
 // Visits every unit once: rows_of(u, rows) names its R row indices of m, epilogue(u, acc) runs
 // in the warp holding the full sums (lane t owns token t), scaled by the rows' scales. Every
@@ -401,14 +441,18 @@ __device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int
     int rows[R];
     if (u < units) {
       rows_of(u, rows);
-      const W* w[R];
-      const __half* d[R];
+      if constexpr (kIsKQ<W>) {
+        kq_dot_rows<R, NT>(m, rows, s.c_begin, s.c_end, x, ldx, n, g, acc);
+      } else {
+        const W* w[R];
+        const __half* d[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        w[r] = m.row(rows[r]);
-        d[r] = m.block_scales(rows[r]);
+        for (int r = 0; r < R; ++r) {
+          w[r] = m.row(rows[r]);
+          d[r] = m.block_scales(rows[r]);
+        }
+        warp_dot_rows<W, R, NT>(w, s.c_begin, s.c_end, x, ldx, n, g, acc, d);
       }
-      warp_dot_rows<W, R, NT>(w, s.c_begin, s.c_end, x, ldx, n, g, acc, d);
     } else {
 #pragma unroll
       for (int r = 0; r < R; ++r)
@@ -434,7 +478,7 @@ __device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int
       __syncthreads();
     }
     if (s.part == 0 && u < units) {
-      if (!kIsQ8<W> && m.scale)
+      if (kIsFp8<W> && m.scale)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const float scale = __ldg(static_cast<const float*>(m.scale) + rows[r]) * kSumScale<W>;
@@ -459,8 +503,12 @@ __device__ __forceinline__ void prefetch_units(const RowMatrix<W>& m, int units,
     int rows[R];
     rows_of(u, rows);
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-      prefetch_l2(m.row(rows[r]) + size_t(s.c_begin) * Chunk<W>::kElems, bytes, threadIdx.x % kWarp);
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kIsKQ<W>)
+        prefetch_l2(m.kq_row(rows[r]) + size_t(s.c_begin) * 16, bytes, threadIdx.x % kWarp);
+      else
+        prefetch_l2(m.row(rows[r]) + size_t(s.c_begin) * Chunk<W>::kElems, bytes, threadIdx.x % kWarp);
+    }
   }
 }
 

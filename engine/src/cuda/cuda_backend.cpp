@@ -68,7 +68,9 @@ DeviceBuffer upload_f32(std::initializer_list<const Tensor*> parts) {
 struct DeviceLayer {
   DeviceBuffer wqkv, bqkv, q_norm, k_norm, wo, w_gate_up, w_down, attn_norm, mlp_norm;
   // fp8: an f32 scale per row; Q8_0: f16 block scales (kernels.h); null otherwise.
+  // K-quant matrices (kquant.cuh): the matrix buffer holds the Q4_K rows, the scale buffer the Q6_K ones.
   DeviceBuffer wqkv_scale, wo_scale, w_gate_up_scale, w_down_scale;
+  int qkv_q6_from = 0;  // a K-quant q/k/v with both formats: its first Q6_K row
   // The matrix a MatmulResidual op names, and its scales.
   const void* matrix(Role r) const { return matrix_buffers(r).first->get(); }
   const void* matrix_scale(Role r) const { return matrix_buffers(r).second->get(); }
@@ -99,6 +101,36 @@ void split_on_device(const DeviceBuffer& blocks, int rows, int K, DeviceBuffer& 
   check_cuda(cudaDeviceSynchronize(), "split_q8_0_blocks");
 }
 
+// A K-quant matrix (kquant.cuh) made of `parts` (each all Q4_K or all Q6_K, the Q4_K ones
+// first, make_cuda_backend checks): its Q4_K rows packed into q4, its Q6_K rows into q6, each
+// buffer empty when it has none. Returns the number of Q4_K rows (the first Q6_K row).
+int upload_kquant(std::initializer_list<const Tensor*> parts, DeviceBuffer& q4, DeviceBuffer& q6) {
+  const int K = int((*parts.begin())->cols());
+  int rows4 = 0, rows6 = 0;
+  for (const Tensor* t : parts) (t->dtype == DType::Q6_K ? rows6 : rows4) += int(t->rows());
+  q4 = rows4 ? DeviceBuffer(size_t(rows4) * cuda::q4k_row_bytes(K)) : DeviceBuffer();
+  q6 = rows6 ? DeviceBuffer(size_t(rows6) * cuda::q6k_row_bytes(K)) : DeviceBuffer();
+  if (rows6) check_cuda(cudaMemset(q6.get(), 0, q6.bytes()), "cudaMemset");  // the rows' padding
+  int at4 = 0, at6 = 0;
+  for (const Tensor* t : parts) {
+    const bool is_q6 = t->dtype == DType::Q6_K;
+    const DeviceBuffer blocks = upload(t->data, t->nbytes());
+    uint8_t* out = is_q6 ? q6.get<uint8_t>() + size_t(at6) * cuda::q6k_row_bytes(K)
+                         : q4.get<uint8_t>() + size_t(at4) * cuda::q4k_row_bytes(K);
+    pack_kquant_rows(blocks.get(), is_q6, int(t->rows()), K, out, nullptr);
+    check_cuda(cudaDeviceSynchronize(), "pack_kquant_rows");
+    (is_q6 ? at6 : at4) += int(t->rows());
+  }
+  return rows4;
+}
+
+// How the device keeps the layers' matrices: the stored dtype, fp8 (options.weights), or
+// DType::Q4_K for K-quant matrices, whatever mix of Q4_K and Q6_K they hold (kquant.cuh).
+DType device_layer_dtype(const ModelWeights& w, bool fp8) {
+  if (fp8) return DType::F8_E4M3;
+  return w.dtype == DType::Q6_K ? DType::Q4_K : w.dtype;
+}
+
 // How a step ends: logits only, a greedy or sampled token fed to the next step, or a greedy
 // verify of the step's drafted tokens (StepEnd::draft).
 enum class StepMode { Logits, Greedy, Sample, Verify };
@@ -111,9 +143,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
         quantized_(std::move(quantized)),
         c_(w_->config),
         layer_ops_(architecture_of(c_).step),
-        layer_dtype_(options.fp8_matrices ? DType::F8_E4M3 : w_->dtype),
-        head_dtype_(options.fp8_matrices || options.fp8_lm_head ? DType::F8_E4M3 : w_->dtype),
-        embed_dtype_(options.fp8_matrices ? DType::BF16 : w_->dtype) {
+        layer_dtype_(device_layer_dtype(*w_, options.fp8_matrices)),
+        head_dtype_(device_layer_dtype(*w_, options.fp8_matrices || options.fp8_lm_head)),
+        embed_dtype_(options.fp8_matrices ? DType::BF16 : device_layer_dtype(*w_, false)) {
     if (!cuda_available()) throw EngineError("cuda_error", "no CUDA device is available");
     check_cuda(cudaSetDevice(0), "cudaSetDevice");
     cudaDeviceProp prop{};
@@ -164,9 +196,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
              {{"weights", layer_dtype_ == DType::F8_E4M3 ? "F8_E4M3 with a scale per row (quantized at load; embedding "
                                                               "BF16)"
                           : layer_dtype_ == DType::Q8_0 ? "Q8_0 as stored (int8 weights and f16 block scales)"
+                          : layer_dtype_ == DType::Q4_K ? "Q4_K and Q6_K as stored (" + weight_formats(*w_) + ")"
                                                         : dtype_name(layer_dtype_)},
               {"lm_head", head_dtype_ == DType::F8_E4M3 ? "F8_E4M3 with a scale per row (quantized at load)"
-                                                         : dtype_name(head_dtype_)},
+                          : head_dtype_ == DType::Q4_K  ? std::string(dtype_name((c_.tie_word_embeddings ? w_->embed : w_->lm_head).dtype)) + " as stored"
+                                                        : dtype_name(head_dtype_)},
               {"activations", "f32"},
               {"kv_cache", "f32"},
               {"decode_step_cuda_graph", true},
@@ -398,7 +432,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   void validate() const {
     // Elements per 16-byte chunk of the matrix-vector kernels.
     const int hd = c_.head_dim,
-              E = layer_dtype_ == DType::F8_E4M3 || layer_dtype_ == DType::Q8_0 ? 16 : layer_dtype_ == DType::F32 ? 4 : 8;
+              E = layer_dtype_ == DType::Q4_K                                   ? 32
+                  : layer_dtype_ == DType::F8_E4M3 || layer_dtype_ == DType::Q8_0 ? 16
+                  : layer_dtype_ == DType::F32                                    ? 4
+                                                                                  : 8;
     auto need = [&](bool ok, const std::string& what) {
       if (!ok) throw EngineError("unsupported", "the CUDA kernels need " + what, w_->source, "config.json");
     };
@@ -415,7 +452,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   void upload_weights() {
     const auto& W = *w_;
-    if (embed_dtype_ == DType::Q8_0) {  // split as the layers' matrices; a tied head reads this copy
+    if (embed_dtype_ == DType::Q4_K) {  // packed as the layers' matrices; a tied head reads this copy
+      upload_kquant({&W.embed}, embed_, embed_scale_);
+    } else if (embed_dtype_ == DType::Q8_0) {  // split as the layers' matrices; a tied head reads this copy
       split_on_device(upload(W.embed.data, W.embed.nbytes()), int(W.embed.rows()), int(W.embed.cols()), embed_,
                       embed_scale_);
     } else if (embed_dtype_ == W.embed.dtype) {
@@ -430,17 +469,20 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     if (head_dtype_ == DType::F8_E4M3) {
       const DeviceBuffer stored = upload(head.data, head.nbytes());
       quantize_on_device(stored.get(), head.dtype, int(head.rows()), int(head.cols()), lm_head_, lm_head_scale_);
+    } else if (!c_.tie_word_embeddings && head_dtype_ == DType::Q4_K) {
+      upload_kquant({&head}, lm_head_, lm_head_scale_);
     } else if (!c_.tie_word_embeddings && head_dtype_ == DType::Q8_0) {
       split_on_device(upload(head.data, head.nbytes()), int(head.rows()), int(head.cols()), lm_head_, lm_head_scale_);
     } else if (!c_.tie_word_embeddings) {
       lm_head_ = upload(W.lm_head.data, W.lm_head.nbytes());
     }
     final_norm_ = upload_f32({&W.final_norm});
-    // A matrix as the layers keep it: as stored, quantized to fp8 on the device, or Q8_0 split
-    // into weights and block scales there.
+    // A matrix as the layers keep it: as stored, quantized to fp8 on the device, Q8_0 split
+    // into weights and block scales there, or K-quant rows packed (returns the first Q6_K row).
     const auto matrix = [&](std::initializer_list<const Tensor*> parts, DeviceBuffer& data, DeviceBuffer& scale) {
+      if (layer_dtype_ == DType::Q4_K) return upload_kquant(parts, data, scale);
       data = upload_rows(parts);
-      if (layer_dtype_ != DType::F8_E4M3 && layer_dtype_ != DType::Q8_0) return;
+      if (layer_dtype_ != DType::F8_E4M3 && layer_dtype_ != DType::Q8_0) return 0;
       int rows = 0;
       for (const Tensor* t : parts) rows += int(t->rows());
       const DeviceBuffer stored = std::move(data);
@@ -449,10 +491,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
         split_on_device(stored, rows, K, data, scale);
       else
         quantize_on_device(stored.get(), W.dtype, rows, K, data, scale);
+      return 0;
     };
     for (const LayerWeights& l : W.layers) {
       DeviceLayer d;
-      matrix({&l[Role::Wq], &l[Role::Wk], &l[Role::Wv]}, d.wqkv, d.wqkv_scale);
+      d.qkv_q6_from = matrix({&l[Role::Wq], &l[Role::Wk], &l[Role::Wv]}, d.wqkv, d.wqkv_scale);
       if (!l[Role::Bq].empty()) d.bqkv = upload_f32({&l[Role::Bq], &l[Role::Bk], &l[Role::Bv]});
       d.q_norm = upload_f32({&l[Role::QNorm]});
       d.k_norm = upload_f32({&l[Role::KNorm]});
@@ -465,15 +508,19 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     }
   }
 
-  // Long prompts run on tensor cores: bf16 matrices as they are, fp8 and Q8_0 ones widened to
-  // bf16 a matrix at a time into prefill_w_.
-  bool widened_for_prefill() const { return layer_dtype_ == DType::F8_E4M3 || layer_dtype_ == DType::Q8_0; }
+  // Long prompts run on tensor cores: bf16 matrices as they are, fp8, Q8_0 and K-quant ones
+  // widened to bf16 a matrix at a time into prefill_w_.
+  bool widened_for_prefill() const {
+    return layer_dtype_ == DType::F8_E4M3 || layer_dtype_ == DType::Q8_0 || layer_dtype_ == DType::Q4_K;
+  }
   bool prefill_on_tensor_cores() const { return layer_dtype_ == DType::BF16 || widened_for_prefill(); }
 
-  // The bf16 matrix a prefill GEMM reads: `data` itself, or its fp8 or Q8_0 rows widened into
-  // prefill_w_.
-  const void* prefill_matrix(const void* data, const void* scale, int rows, int K) {
-    if (layer_dtype_ == DType::F8_E4M3)
+  // The bf16 matrix a prefill GEMM reads: `data` itself, or its fp8, Q8_0 or K-quant rows
+  // widened into prefill_w_ (q6_from: a K-quant q/k/v's first Q6_K row when it has both).
+  const void* prefill_matrix(const void* data, const void* scale, int rows, int K, int q6_from = 0) {
+    if (layer_dtype_ == DType::Q4_K)
+      dequantize_kquant_rows(data, scale, kq_q6_from(data, scale, rows, q6_from), rows, K, prefill_w_.get(), stream_);
+    else if (layer_dtype_ == DType::F8_E4M3)
       dequantize_fp8_rows(data, static_cast<const float*>(scale), rows, K, prefill_w_.get(), stream_);
     else if (layer_dtype_ == DType::Q8_0)
       dequantize_q8_0_rows(data, scale, rows, K, prefill_w_.get(), stream_);
@@ -596,8 +643,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
       step_plan_.refused = "RUNAHEAD_CUDA_PERSISTENT unset or 1";
     } else if (layer_ops_ != llama_step()) {  // its phases are Llama's layer, fixed in the kernel
       step_plan_.refused = "a layer of Llama's ops (model/arch/llama.cpp)";
-    } else if (layer_dtype_ == DType::Q8_0) {
-      step_plan_.refused = "dense or fp8 matrices (Q8_0 runs a kernel per op)";
+    } else if (layer_dtype_ == DType::Q8_0 || layer_dtype_ == DType::Q4_K) {
+      step_plan_.refused = "dense or fp8 matrices (block-quantized ones run a kernel per op)";
     } else if (qk_norm()) {
       step_plan_.refused = "a layer without per-head q/k RMSNorm (" + c_.architecture + " has q_norm/k_norm)";
     } else {
@@ -734,6 +781,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.w = d.wqkv.get();
     a.dtype = layer_dtype_;
     a.scale = d.wqkv_scale.get();
+    a.q6_from = d.qkv_q6_from;
     a.bias = d.bqkv.get<float>();
     a.norm = d.attn_norm.get<float>();
     a.q_norm = d.q_norm.get<float>();
@@ -875,7 +923,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
           case OpKind::RmsnormQkvRopeAppend:
             if (other) rmsnorm_to_bf16(x, d.attn_norm.get<float>(), c_.rms_norm_eps, n, H, h, stream_);
             if (gemm)
-              gemm_bf16(h, prefill_matrix(d.wqkv.get(), d.wqkv_scale.get<float>(), qkv_rows, H), n, qkv_rows, H,
+              gemm_bf16(h, prefill_matrix(d.wqkv.get(), d.wqkv_scale.get<float>(), qkv_rows, H, d.qkv_q6_from), n, qkv_rows, H,
                         qkv_.get<float>(), false, stream_);
             if (other) bias_rope_append(qkv_args(l), qkv_.get<float>(), n, pos, q_.get<float>(), stream_);
             break;
@@ -1021,7 +1069,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                       head_dtype_ == DType::F8_E4M3 ? "lm_head is F8_E4M3 on the device"
                                                     : std::string("lm_head is ") + dtype_name(head_dtype_) +
                                                           " (options.lm_head \"fp8\" quantizes it)"});
-    if (!quantized_.empty()) checks.push_back({"quantized_kernels", layer_dtype_ == DType::Q8_0, quantized_});
+    if (!quantized_.empty())
+      checks.push_back(
+          {"quantized_kernels", layer_dtype_ == DType::Q8_0 || layer_dtype_ == DType::Q4_K, quantized_});
     checks.push_back({"tensor_core_prefill", prefill_on_tensor_cores(),
                       prefill_on_tensor_cores() ? std::string("prompts of ") + std::to_string(kTensorCoreMinTokens) +
                                                       "+ tokens run " + gemm_bf16_impl() + " GEMMs"
@@ -1090,6 +1140,21 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
 constexpr size_t kQ8AsStoredBytes = size_t(1) << 30;
 
+// What the K-quant kernels (kquant.cuh) need and a model of Q4_K/Q6_K matrices lacks, or "":
+// a fused q/k/v keeps its Q4_K rows before its Q6_K ones, gate and up share a format.
+std::string kquant_misfit(const ModelWeights& w) {
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    const bool q6[3] = {l[Role::Wq].dtype == DType::Q6_K, l[Role::Wk].dtype == DType::Q6_K,
+                        l[Role::Wv].dtype == DType::Q6_K};
+    if ((q6[0] && !q6[1]) || (q6[1] && !q6[2]))
+      return "q_proj/k_proj/v_proj's Q4_K rows before their Q6_K ones (layer " + std::to_string(i) + ")";
+    if (l[Role::WGate].dtype != l[Role::WUp].dtype)
+      return "gate_proj and up_proj in one format (layer " + std::to_string(i) + ")";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const ModelWeights> weights,
@@ -1105,8 +1170,23 @@ std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const ModelWeight
   // against widened: 0.5B (525 MB of Q8_0) 0.833 / 0.823, 1.5B 1.555 / 1.654, 7B 4.147 / 4.317.
   // options.require names the path: quantized_kernels as stored, persistent_step widened.
   std::string why;
+  const bool kquant = formats == "q4_k" || formats == "q6_k" || formats == "q4_k+q6_k" || formats == "q6_k+q4_k";
+  if (kquant) {
+    why = kquant_misfit(*weights);
+    if (!why.empty())
+      why = "the " + formats + " matrices run widened to bf16 (the K-quant kernels need " + why + ")";
+    else if (options.fp8_matrices || options.fp8_lm_head)
+      why = "the " + formats + " matrices are widened to bf16 and quantized to fp8 from there (options.weights/lm_head fp8)";
+    else if (required("persistent_step") && !required("quantized_kernels"))
+      why = "the " + formats + " matrices run widened to bf16 for the persistent step (options.require persistent_step)";
+    if (!why.empty()) return std::make_unique<CudaBackendImpl>(with_bf16_matrices(std::move(weights)), options, why);
+    return std::make_unique<CudaBackendImpl>(
+        std::move(weights), options, formats + " matrices read as stored by the CUDA K-quant kernels (a kernel per op)");
+  }
   if (formats != "q8_0")
-    why = "the " + formats + " matrices run widened to bf16 (the CUDA kernels read Q8_0 blocks only, every matrix Q8_0)";
+    why = "the " + formats +
+          " matrices run widened to bf16 (the CUDA kernels read Q8_0 blocks, every matrix Q8_0, and Q4_K/Q6_K blocks, "
+          "every matrix one of the two)";
   else if (options.fp8_matrices || options.fp8_lm_head)
     why = "the q8_0 matrices are widened to bf16 and quantized to fp8 from there (options.weights/lm_head fp8)";
   else if (required("persistent_step") && !required("quantized_kernels"))

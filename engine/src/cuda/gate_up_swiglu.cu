@@ -49,7 +49,7 @@ void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
     const int split = gemv_split(I, H, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, I, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream,
-               RowMatrix<W>{static_cast<const W*>(w_gate_up), scale, H}, norm, eps, I, x, n, act, split);
+               RowMatrix<W>{static_cast<const W*>(w_gate_up), scale, H, kq_q6_from(w_gate_up, scale, 2 * I, 2 * I)}, norm, eps, I, x, n, act, split);
   });
 }
 

@@ -43,7 +43,8 @@ struct StepEnd {
 };
 
 // embedding.cu — x[t, :] = embed[tokens[t], :]   embed: [V, H], x: [n, H]; `scale`: Q8_0's
-// block scales (as matvec_residual_add's), else null
+// block scales, a K-quant table's Q6_K rows (as matvec_residual_add's; the table is all Q4_K
+// or all Q6_K), else null
 void embedding_lookup(const void* embed, DType dtype, const void* scale, int H, const int32_t* tokens, int n, float* x,
                       cudaStream_t stream);
 
@@ -58,6 +59,7 @@ struct QkvRope {
   const void* w = nullptr;
   DType dtype = DType::BF16;
   const void* scale = nullptr;  // as matvec_residual_add's `scale`
+  int q6_from = 0;  // a K-quant matrix with both Q4_K and Q6_K rows (kquant.cuh): its first Q6_K row
   const float* bias = nullptr;  // [(heads + 2 kv_heads) * head_dim] or null
   const float* norm = nullptr;  // [H]
   const float* q_norm = nullptr;  // [head_dim] or null (then k_norm is null too)
@@ -92,7 +94,8 @@ void attention_decode(const DecodeAttention& a, const float* q, int n, const int
 // matvec_residual.cu — x[t, :] += in[t, :] W^T   W: [rows, K], in: [n, K], x: [n, rows]
 // (the attention output projection and the MLP down projection). Here and below, `scale` is
 // an F8_E4M3 matrix's f32 scale per row (model/fp8.h), a Q8_0 matrix's f16 block scales
-// ([rows, K / 32]; the matrix itself is then its int8 weights, [rows, K]: q8_0.cu), else null.
+// ([rows, K / 32]; the matrix itself is then its int8 weights, [rows, K]: q8_0.cu), a K-quant
+// matrix's Q6_K rows (dtype Q4_K; the matrix itself is its Q4_K rows: kquant.cuh), else null.
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, int sms, cudaStream_t stream);
 
@@ -164,6 +167,26 @@ void dequantize_fp8_rows(const void* q, const float* scale, int rows, int K, voi
 // the tensor-core prefill.
 void split_q8_0_blocks(const void* blocks, int rows, int K, void* q, void* d, cudaStream_t stream);
 void dequantize_q8_0_rows(const void* q, const void* d, int rows, int K, void* out, cudaStream_t stream);
+
+// kquant.cu — K-quant matrices (kquant.cuh). pack: `rows` rows of ggml Q4_K or Q6_K blocks
+// (`blocks`, on the device; q6 says which) regrouped into `out`, that part's rows as the
+// kernels read them; dequantize: the rows [0, rows) of a K-quant matrix (Q4_K rows at q4, Q6_K
+// rows from q6_from on at q6) widened to bf16, for the tensor-core prefill.
+// The bytes of a Q4_K and of a Q6_K row of K weights as the kernels read them (kquant.cuh).
+__host__ __device__ constexpr size_t q4k_row_bytes(int K) { return size_t(K) / 2 + size_t(K) / 16; }
+__host__ __device__ constexpr size_t q6k_row_bytes(int K) {
+  return (size_t(K) / 2 + size_t(K) / 4 + size_t(K) / 16 + size_t(K) / 128 + 15) / 16 * 16;
+}
+
+// The first Q6_K row of a K-quant matrix of `rows` rows: 0 without Q4_K rows, `rows` without
+// Q6_K ones, else `mixed` (a fused q/k/v whose v is Q6_K).
+__host__ __device__ constexpr int kq_q6_from(const void* q4, const void* q6, int rows, int mixed) {
+  return !q4 ? 0 : !q6 ? rows : mixed;
+}
+
+void pack_kquant_rows(const void* blocks, bool q6, int rows, int K, void* out, cudaStream_t stream);
+void dequantize_kquant_rows(const void* q4, const void* q6, int q6_from, int rows, int K, void* out,
+                            cudaStream_t stream);
 // Causal attention of n new tokens over the cache: as attention_decode for any n.
 // out: [n, heads * head_dim] f32.
 void attention_prefill(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,

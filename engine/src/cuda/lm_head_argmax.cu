@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kGemvThreads) rmsnorm_lm_head_argmax_kernel(Lm
   __shared__ bool last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int H = a.hidden, units = a.vocab / 2;
-  const RowMatrix<W> w{static_cast<const W*>(a.w), a.scale, H};
+  const RowMatrix<W> w{static_cast<const W*>(a.w), a.scale, H, kq_q6_from(a.w, a.scale, a.vocab, a.vocab)};
   auto rows_of = [&](int u, int (&rows)[2]) {
     rows[0] = 2 * u;
     rows[1] = 2 * u + 1;

@@ -42,7 +42,7 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
     auto kernel = for_vec_tokens(n, [](auto nt) { return matvec_residual_add_kernel<W, decltype(nt)::value>; });
     const int split = gemv_split(rows / 2, K, sms, blocks_per_sm(kernel, kGemvThreads, 0));
     const int blocks = resident_blocks(kernel, kGemvThreads, 0, rows / 2, kGemvWarps / split, sms);
-    launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), 0, stream, RowMatrix<W>{static_cast<const W*>(w), scale, K},
+    launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), 0, stream, RowMatrix<W>{static_cast<const W*>(w), scale, K, kq_q6_from(w, scale, rows, rows)},
                rows, in, n, x, split);
   });
 }

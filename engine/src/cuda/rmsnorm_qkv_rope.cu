@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kGemvThreads) rmsnorm_qkv_rope_append_kernel(Q
   __shared__ float red[kGemvWarps * 2 * NT];
   const int q_dim = a.heads * a.head_dim, kv_dim = a.kv_heads * a.head_dim, H = a.hidden;
   const int units = (q_dim + 2 * kv_dim) / 2;
-  const RowMatrix<W> w{static_cast<const W*>(a.w), a.scale, H};
+  const RowMatrix<W> w{static_cast<const W*>(a.w), a.scale, H, kq_q6_from(a.w, a.scale, 2 * units, a.q6_from)};
   auto rows_of = [&](int u, int (&rows)[2]) {
     const RowPair r = row_pair(u, q_dim, kv_dim, a.head_dim);
     rows[0] = r.first;

@@ -1,0 +1,151 @@
+// The CUDA backend on Q4_K and Q6_K weights as stored (cuda/kquant.cu, cuda/kquant.cuh): the
+// upload regroups ggml's blocks without changing a bit (each packed row widens to the bf16 of
+// the CPU's dequantize_row), and a model whose matrices are all Q4_K/Q6_K — one format, or
+// Q4_K_M's mix with a fused q/k/v of both — computes what the same weights widened exactly to
+// f32 compute on the CPU backend (check_like_f32_reference: the dot products widen each
+// weight exactly and sum in f32). A layout the kernels cannot read runs widened to bf16 and
+// the check says why. Skipped, with a message, without a CUDA device.
+#ifdef RUNAHEAD_CUDA
+#include <doctest/doctest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/kernels.h"
+#include "cuda_test_util.h"
+#include "model/half.h"
+#include "model/layout.h"
+#include "model/quant_blocks.h"
+#include "model/quantize.h"
+#include "model/weights.h"
+#include "model_writer.h"
+
+using namespace runahead;
+using namespace runahead::cuda;
+using namespace runahead::testing;
+using runahead::test::json;
+using runahead::test::TempDir;
+using runahead::test::tiny_config;
+using runahead::test::write_random_model;
+
+namespace {
+
+TEST_CASE("cuda k-quant: packed Q4_K and Q6_K rows widen to exactly the weights the blocks hold") {
+  if (!have_device()) return;
+  constexpr int rows = 7, K = 512;  // two blocks a row
+  std::mt19937 rng(5);
+  for (const QuantType type : {QuantType::Q4_K, QuantType::Q6_K}) {
+    const bool q6 = type == QuantType::Q6_K;
+    CAPTURE(q6);
+    const std::vector<float> values = random_floats(size_t(rows) * K, rng, 0.4f);
+    const size_t row_size = quant_row_bytes(type, K);
+    std::vector<uint8_t> blocks(rows * row_size);
+    for (int r = 0; r < rows; ++r) quantize_row(type, values.data() + size_t(r) * K, K, blocks.data() + r * row_size);
+    const size_t packed_row = q6 ? q6k_row_bytes(K) : q4k_row_bytes(K);
+    DeviceBuffer stored = to_device(blocks), packed(rows * packed_row), wide(size_t(rows) * K * 2);
+    pack_kquant_rows(stored.get(), q6, rows, K, packed.get(), nullptr);
+    dequantize_kquant_rows(q6 ? nullptr : packed.get(), q6 ? packed.get() : nullptr, q6 ? 0 : rows, rows, K,
+                           wide.get(), nullptr);
+    const auto got = to_host<uint16_t>(wide, size_t(rows) * K);
+    std::vector<float> exact(K);
+    int off = 0;
+    for (int r = 0; r < rows; ++r) {
+      dequantize_row(type, blocks.data() + r * row_size, K, exact.data());
+      for (int k = 0; k < K; ++k) off += got[size_t(r) * K + k] != f32_to_bf16(exact[size_t(k)]);
+    }
+    CHECK(off == 0);
+  }
+}
+
+// A random Qwen2 model whose every matrix has rows of a multiple of 256 weights, in f32.
+ModelWeights k_quant_base(bool tied) {
+  json c = tiny_config("Qwen2ForCausalLM");
+  c["vocab_size"] = 512;
+  c["hidden_size"] = 256;
+  c["intermediate_size"] = 512;
+  c["num_attention_heads"] = 4;
+  c["num_key_value_heads"] = 2;
+  c["max_position_embeddings"] = 512;
+  c["tie_word_embeddings"] = tied;
+  c["torch_dtype"] = "float32";
+  TempDir dir;
+  write_random_model(dir.path, c, tied ? 11 : 12);
+  return with_dense_matrices(load_model(dir.path), DType::F32);  // in memory: outlives the folder
+}
+
+// `all` with the tensors `pick` names taken from `other` (both quantized from one base).
+template <class Pick>
+std::shared_ptr<const ModelWeights> mix(ModelWeights all, const ModelWeights& other, Pick pick) {
+  for (size_t l = 0; l < all.layers.size(); ++l)
+    for (size_t r = 0; r < all.layers[l].by_role.size(); ++r)
+      if (pick(int(l), Role(r))) all.layers[l].by_role[r] = other.layers[l].by_role[r];
+  auto storage = std::make_shared<std::vector<std::shared_ptr<void>>>(
+      std::vector<std::shared_ptr<void>>{all.storage, other.storage});
+  all.storage = storage;
+  all.weight_bytes = decode_bytes(all);
+  return std::make_shared<const ModelWeights>(std::move(all));
+}
+
+TEST_CASE("cuda k-quant: Q4_K, Q6_K and Q4_K_M's mix run as stored and compute what the same weights in f32 compute") {
+  if (!have_device()) return;
+  BackendOptions options;
+  options.context_length = 512;
+  for (const bool tied : {false, true}) {
+    CAPTURE(tied);
+    const ModelWeights base = k_quant_base(tied);
+    const ModelWeights q4 = quantize_matrices(base, QuantType::Q4_K), q6 = quantize_matrices(base, QuantType::Q6_K);
+    // Q4_K_M's pattern: v_proj and down_proj Q6_K in some layers (a q/k/v of both formats),
+    // the embedding and lm_head of the other format when untied.
+    ModelWeights q4_m = q4;
+    if (!tied) q4_m.lm_head = q6.lm_head;
+    const struct {
+      const char* name;
+      std::shared_ptr<const ModelWeights> w;
+    } models[] = {
+        {"q4_k", std::make_shared<const ModelWeights>(q4)},
+        {"q6_k", std::make_shared<const ModelWeights>(q6)},
+        {"q4_k_m", mix(q4_m, q6, [](int l, Role r) { return (l == 0 && r == Role::Wv) || (l == 1 && r == Role::WDown); })},
+    };
+    for (const auto& m : models) {
+      CAPTURE(m.name);
+      auto cuda = make_cuda_backend(m.w, options);
+      const auto optimizations = cuda->describe()["optimizations"];
+      CHECK(optimizations["weights"].get<std::string>().rfind("Q4_K and Q6_K as stored", 0) == 0);
+      CHECK(optimizations["decode_step"].get<std::string>().find("block-quantized ones run a kernel per op") !=
+            std::string::npos);
+      const auto [active, why] = quantized_check(*cuda);
+      CHECK(active);
+      CHECK(why.find("read as stored by the CUDA K-quant kernels") != std::string::npos);
+      check_like_f32_reference(m.w, *cuda);
+    }
+  }
+}
+
+TEST_CASE("cuda k-quant: a layout the kernels cannot read, fp8 or the persistent step runs widened to bf16") {
+  if (!have_device()) return;
+  const ModelWeights base = k_quant_base(false);
+  const ModelWeights q4 = quantize_matrices(base, QuantType::Q4_K), q6 = quantize_matrices(base, QuantType::Q6_K);
+  BackendOptions options;
+  options.context_length = 128;
+  const auto widened = [&](std::shared_ptr<const ModelWeights> w, const BackendOptions& o, const std::string& reason) {
+    auto cuda = make_cuda_backend(std::move(w), o);
+    CHECK(cuda->describe()["optimizations"]["weights"].get<std::string>().rfind("Q4_K", 0) != 0);
+    const auto [active, why] = quantized_check(*cuda);
+    CHECK_FALSE(active);
+    CHECK(why.find(reason) != std::string::npos);
+  };
+  // q_proj Q6_K before a Q4_K k_proj; gate and up in two formats.
+  widened(mix(q4, q6, [](int, Role r) { return r == Role::Wq; }), options, "Q4_K rows before their Q6_K ones");
+  widened(mix(q4, q6, [](int l, Role r) { return l == 1 && r == Role::WUp; }), options, "gate_proj and up_proj");
+  BackendOptions fp8 = options;
+  fp8.fp8_matrices = true;
+  widened(std::make_shared<const ModelWeights>(q4), fp8, "quantized to fp8");
+  BackendOptions persistent = options;
+  persistent.require = {"persistent_step"};
+  widened(std::make_shared<const ModelWeights>(q4), persistent, "options.require persistent_step");
+}
+
+}  // namespace
+#endif  // RUNAHEAD_CUDA
