@@ -371,6 +371,15 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
 constexpr int kGemvWarps = 8;
 constexpr int kGemvThreads = kGemvWarps * kWarp;
 
+// Resident blocks per multiprocessor the matrix-vector kernels are built for (__launch_bounds__):
+// a one-token K-quant kernel is held to 3 (80 registers, from 125; its loads wait on shared
+// memory and L1, so more resident warps hide more of it); RUNAHEAD_KQ_MIN_BLOCKS=1 at build
+// time lifts the cap, to measure what it gains. Every other kernel: 1 (no cap).
+#ifndef RUNAHEAD_KQ_MIN_BLOCKS
+#define RUNAHEAD_KQ_MIN_BLOCKS 3
+#endif
+template <class W, int NT> constexpr int kGemvMinBlocks = kIsKQ<W> && NT == 1 ? RUNAHEAD_KQ_MIN_BLOCKS : 1;
+
 struct GemvSplit {
   int split, slot, part, c_begin, c_end;
   __device__ GemvSplit(int split_, int chunks) : split(split_) {

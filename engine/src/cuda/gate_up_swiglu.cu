@@ -7,7 +7,7 @@ namespace {
 
 // One intermediate index j (its gate row and its up row) per unit.
 template <class W, int NT>
-__global__ void __launch_bounds__(kGemvThreads) rmsnorm_gate_up_swiglu_kernel(RowMatrix<W> w, const float* norm,
+__global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm_gate_up_swiglu_kernel(RowMatrix<W> w, const float* norm,
                                                                              float eps, int I, const float* x,
                                                                              int n, float* act, int split) {
   const int H = w.K;

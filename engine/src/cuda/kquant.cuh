@@ -74,17 +74,43 @@ __device__ __forceinline__ float kq_weight(const uint8_t* row, bool q6, int K, i
   return d * float(sc) * float(q - 32);
 }
 
-// Token t's 16 inputs of a run starting at k, times g when given.
-__device__ __forceinline__ void kq_inputs(const float* x, int ldx, int t, int k, const float* g, float (&v)[16]) {
+// The lanes reading one block's 8 chunks read their runs' inputs (4 float4 each) starting at
+// float4 `rot` of the run and wrapping: rot = (j / 2) % 4 for the chunk's index j in its block
+// (constant for a lane, as a lane's chunks are 32 apart). Each of the 8 lanes' float4 then falls
+// in a different quarter of the shared memory's banks; in order, the runs (offsets 0, 16, 64,
+// 80, ... floats in a block) put 4 lanes on one quarter (ncu: 11.7-way conflicts on average).
+__device__ __forceinline__ int kq_rotation(int c) { return (c >> 1) & 3; }
+
+// Token t's 16 inputs of a run starting at k, times g when given: slot q holds float4
+// (q + rot) % 4 of the run.
+__device__ __forceinline__ void kq_inputs(const float* x, int ldx, int t, int k, const float* g, int rot,
+                                          float (&v)[16]) {
 #pragma unroll
-  for (int e = 0; e < 16; e += 4) {
-    const float4 a = *reinterpret_cast<const float4*>(x + size_t(t) * ldx + k + e);
+  for (int q = 0; q < 4; ++q) {
+    const int e = 4 * q, from = k + 4 * ((q + rot) & 3);
+    const float4 a = *reinterpret_cast<const float4*>(x + size_t(t) * ldx + from);
     v[e] = a.x, v[e + 1] = a.y, v[e + 2] = a.z, v[e + 3] = a.w;
     if (g) {
-      const float4 s = __ldg(reinterpret_cast<const float4*>(g + k + e));
+      const float4 s = __ldg(reinterpret_cast<const float4*>(g + from));
       v[e] *= s.x, v[e + 1] *= s.y, v[e + 2] *= s.z, v[e + 3] *= s.w;
     }
   }
+}
+
+// The words of v in kq_inputs' order: w[q] = word (q + rot) % 4 (two conditional rotations).
+__device__ __forceinline__ void kq_rotated_words(const uint4& v, int rot, uint32_t (&w)[4]) {
+  uint32_t a0 = v.x, a1 = v.y, a2 = v.z, a3 = v.w;
+  if (rot & 1) {
+    const uint32_t t = a0;
+    a0 = a1, a1 = a2, a2 = a3, a3 = t;
+  }
+  if (rot & 2) {
+    uint32_t t = a0;
+    a0 = a2, a2 = t;
+    t = a1;
+    a1 = a3, a3 = t;
+  }
+  w[0] = a0, w[1] = a1, w[2] = a2, w[3] = a3;
 }
 
 // sum_i (q_i - offset) * x[i] over the 16 values in the bytes of `q` (4 words, 4 bytes each).
@@ -127,6 +153,7 @@ __device__ __forceinline__ void q4k_dot_rows(const uint8_t* const (&row)[R], int
       const int c = c0 + 32 * u;
       if (c >= c_end) break;
       const int j = c & 7, k_lo = (c >> 3) * kKBlock + (j >> 1) * 64 + (j & 1) * 16;  // high run: k_lo + 32
+      const int rot = kq_rotation(c);
       float a_lo[R], b_lo[R], a_hi[R], b_hi[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -137,13 +164,13 @@ __device__ __forceinline__ void q4k_dot_rows(const uint8_t* const (&row)[R], int
       for (int t = 0; t < NT; ++t) {
         if (t >= n) break;
         float xl[16], xh[16];
-        kq_inputs(x, ldx, t, k_lo, g, xl);
-        kq_inputs(x, ldx, t, k_lo + 32, g, xh);
+        kq_inputs(x, ldx, t, k_lo, g, rot, xl);
+        kq_inputs(x, ldx, t, k_lo + 32, g, rot, xh);
         const float sum_lo = kq_sum16(xl), sum_hi = kq_sum16(xh);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const uint32_t w[4] = {qv[u][r].x, qv[u][r].y, qv[u][r].z, qv[u][r].w};
-          uint32_t lo[4], hi[4];
+          uint32_t w[4], lo[4], hi[4];
+          kq_rotated_words(qv[u][r], rot, w);
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             lo[i] = w[i] & 0x0F0F0F0Fu;
@@ -182,6 +209,7 @@ __device__ __forceinline__ void q6k_dot_rows(const uint8_t* const (&row)[R], int
       if (c >= c_end) break;
       const int j = c & 7, half = j >> 2, part = (j >> 1) & 1, l0 = (j & 1) * 16;
       const int blk = c >> 3, k_lo = blk * kKBlock + half * 128 + part * 32 + l0;  // high nibbles: k_lo + 64
+      const int rot = kq_rotation(c);
       float s_lo[R], s_hi[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -194,13 +222,13 @@ __device__ __forceinline__ void q6k_dot_rows(const uint8_t* const (&row)[R], int
       for (int t = 0; t < NT; ++t) {
         if (t >= n) break;
         float xl[16], xh[16];
-        kq_inputs(x, ldx, t, k_lo, g, xl);
-        kq_inputs(x, ldx, t, k_lo + 64, g, xh);
+        kq_inputs(x, ldx, t, k_lo, g, rot, xl);
+        kq_inputs(x, ldx, t, k_lo + 64, g, rot, xh);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const uint32_t l4[4] = {lv[u][r].x, lv[u][r].y, lv[u][r].z, lv[u][r].w};
-          const uint32_t h2[4] = {hv[u][r].x, hv[u][r].y, hv[u][r].z, hv[u][r].w};
-          uint32_t lo[4], hi[4];
+          uint32_t l4[4], h2[4], lo[4], hi[4];
+          kq_rotated_words(lv[u][r], rot, l4);
+          kq_rotated_words(hv[u][r], rot, h2);
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             lo[i] = (l4[i] & 0x0F0F0F0Fu) | (((h2[i] >> (2 * part)) & 0x03030303u) << 4);

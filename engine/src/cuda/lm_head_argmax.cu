@@ -16,7 +16,7 @@ __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i)
 // One pair of vocabulary rows per unit. Each block leaves its best (value, index) per
 // token in `partial`; the last block to finish reduces them and ends the step.
 template <class W, int NT>
-__global__ void __launch_bounds__(kGemvThreads) rmsnorm_lm_head_argmax_kernel(LmHead a, const float* x, int n,
+__global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm_lm_head_argmax_kernel(LmHead a, const float* x, int n,
                                                                              float* logits, StepEnd end,
                                                                              int split) {
   extern __shared__ float staged[];

@@ -8,7 +8,7 @@ namespace {
 // One pair of output rows per unit; each row of x is owned by one warp, so the
 // read-modify-write of the residual needs no atomics.
 template <class W, int NT>
-__global__ void __launch_bounds__(kGemvThreads) matvec_residual_add_kernel(RowMatrix<W> w, int rows,
+__global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_residual_add_kernel(RowMatrix<W> w, int rows,
                                                                           const float* in, int n, float* x,
                                                                           int split) {
   __shared__ float red[kGemvWarps * 2 * NT];

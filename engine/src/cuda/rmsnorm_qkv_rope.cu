@@ -55,7 +55,7 @@ __device__ __forceinline__ void rope_and_store(const QkvRope& a, RowPair r, floa
 // the normalised input is staged in shared memory. kRaw (q/k norms follow): the projection
 // goes to a.qkv as it is, for bias_qk_norm_rope_append_kernel.
 template <class W, int NT, bool kRaw>
-__global__ void __launch_bounds__(kGemvThreads) rmsnorm_qkv_rope_append_kernel(QkvRope a, const float* x, int n,
+__global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm_qkv_rope_append_kernel(QkvRope a, const float* x, int n,
                                                                               const int* pos, float* q_out,
                                                                               int split) {
   extern __shared__ float staged[];
