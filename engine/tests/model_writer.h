@@ -136,6 +136,22 @@ inline void write_model(const fs::path& dir, const json& config, const std::vect
   write_file(dir / "model.safetensors", safetensors_file(tensors));
 }
 
+// A random f32 model whose rows are whole Q4_K blocks (hidden 256, intermediate 512, head_dim
+// 64: every matrix's rows are 256 or 512 weights), with `layers` layers.
+inline json k_quant_config(bool tied, int layers) {
+  json c = tiny_config("Qwen2ForCausalLM");
+  c["vocab_size"] = 512;
+  c["hidden_size"] = 256;
+  c["intermediate_size"] = 512;
+  c["num_hidden_layers"] = layers;
+  c["num_attention_heads"] = 4;
+  c["num_key_value_heads"] = 2;
+  c["max_position_embeddings"] = 512;
+  c["tie_word_embeddings"] = tied;
+  c["torch_dtype"] = "float32";
+  return c;
+}
+
 // config.json + model.safetensors in `dir`: the tensors of decoder_tensors(config) in F32 with
 // random values of a trained model's scale (matrices uniform in +-1/sqrt(in), the embedding
 // in +-1, norm weights 1 +- 0.1, biases +- 0.1), the same for the same seed.

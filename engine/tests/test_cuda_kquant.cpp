@@ -25,9 +25,8 @@
 using namespace runahead;
 using namespace runahead::cuda;
 using namespace runahead::testing;
-using runahead::test::json;
 using runahead::test::TempDir;
-using runahead::test::tiny_config;
+using runahead::test::k_quant_config;
 using runahead::test::write_random_model;
 
 namespace {
@@ -61,17 +60,8 @@ TEST_CASE("cuda k-quant: packed Q4_K and Q6_K rows widen to exactly the weights 
 
 // A random Qwen2 model whose every matrix has rows of a multiple of 256 weights, in f32.
 ModelWeights k_quant_base(bool tied) {
-  json c = tiny_config("Qwen2ForCausalLM");
-  c["vocab_size"] = 512;
-  c["hidden_size"] = 256;
-  c["intermediate_size"] = 512;
-  c["num_attention_heads"] = 4;
-  c["num_key_value_heads"] = 2;
-  c["max_position_embeddings"] = 512;
-  c["tie_word_embeddings"] = tied;
-  c["torch_dtype"] = "float32";
   TempDir dir;
-  write_random_model(dir.path, c, tied ? 11 : 12);
+  write_random_model(dir.path, k_quant_config(tied, 2), tied ? 11 : 12);
   return with_dense_matrices(load_model(dir.path), DType::F32);  // in memory: outlives the folder
 }
 

@@ -128,15 +128,7 @@ TEST_CASE("protocol weights: fp8 weights and lm_head are refused on the CPU back
 // unknown value's error names it among those expected.
 TEST_CASE("protocol weights: options.weights q4_k_m quantizes to the Q4_K_M mix at load and generates on the CPU") {
   TempDir dir;
-  json config = tiny_config("Qwen2ForCausalLM");
-  config["vocab_size"] = 512;
-  config["hidden_size"] = 256;
-  config["intermediate_size"] = 512;
-  config["num_hidden_layers"] = 3;
-  config["max_position_embeddings"] = 256;
-  config["tie_word_embeddings"] = false;
-  config["torch_dtype"] = "float32";
-  write_random_model(dir.path, config);
+  write_random_model(dir.path, k_quant_config(false, 3));
 
   EngineProcess engine;
   engine.send(json{{"type", "hello"}});

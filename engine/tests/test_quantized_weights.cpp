@@ -124,22 +124,6 @@ TEST_CASE("quantized weights: widened to bf16 for a backend without quantized ke
 
 namespace {
 
-// A random f32 model whose rows are whole Q4_K blocks (hidden 256, intermediate 512, head_dim
-// 64: every matrix's rows are 256 or 512 weights), with `layers` layers.
-json k_quant_config(bool tied, int layers) {
-  json c = tiny_config("Qwen2ForCausalLM");
-  c["vocab_size"] = 512;
-  c["hidden_size"] = 256;
-  c["intermediate_size"] = 512;
-  c["num_hidden_layers"] = layers;
-  c["num_attention_heads"] = 4;
-  c["num_key_value_heads"] = 2;
-  c["max_position_embeddings"] = 256;
-  c["tie_word_embeddings"] = tied;
-  c["torch_dtype"] = "float32";
-  return c;
-}
-
 std::shared_ptr<const ModelWeights> k_quant_model(bool tied, int layers) {
   TempDir dir;
   write_random_model(dir.path, k_quant_config(tied, layers), tied ? 3 : 4);
