@@ -21,6 +21,7 @@
 #include "model/quantize.h"
 #include "model/weights.h"
 #include "model_writer.h"
+#include "runtime/session.h"
 
 using namespace runahead;
 using namespace runahead::cuda;
@@ -135,6 +136,30 @@ TEST_CASE("cuda k-quant: a layout the kernels cannot read, fp8 or the persistent
   BackendOptions persistent = options;
   persistent.require = {"persistent_step"};
   widened(std::make_shared<const ModelWeights>(q4), persistent, "options.require persistent_step");
+}
+
+TEST_CASE("cuda k-quant: a Q4_K_M load reads the blocks without a warning; widened for the persistent step it is a choice") {
+  if (!have_device()) return;
+  TempDir dir;
+  write_random_model(dir.path, k_quant_config(false, 2), 13);
+  const auto quantized = [](const Session& s) {
+    for (const auto& c : s.report()["checks"])
+      if (c["name"] == "quantized_kernels") return c;
+    return nlohmann::json();
+  };
+  LoadOptions o;
+  o.backend = "cuda";
+  o.weights = "q4_k_m";
+  for (const bool persistent : {false, true}) {
+    CAPTURE(persistent);
+    if (persistent) o.require = {"persistent_step"};
+    const auto s = Session::open(dir.path.string(), o);
+    CHECK(s->report()["weights"] == "q4_k+q6_k");
+    CHECK(s->report()["warnings"].empty());
+    const auto c = quantized(*s);
+    REQUIRE(c.is_object());
+    CHECK(c["active"] == !persistent);
+  }
 }
 
 }  // namespace
