@@ -138,7 +138,7 @@ TEST_CASE("cuda k-quant: a layout the kernels cannot read, fp8 or the persistent
   widened(std::make_shared<const ModelWeights>(q4), persistent, "options.require persistent_step");
 }
 
-TEST_CASE("cuda k-quant: a Q4_K_M load reads the blocks without a warning; widened for the persistent step it is a choice") {
+TEST_CASE("cuda k-quant: a Q4_K_M load reads the blocks without a warning, and widened for the persistent step it is a choice") {
   if (!have_device()) return;
   TempDir dir;
   write_random_model(dir.path, k_quant_config(false, 2), 13);
