@@ -18,6 +18,7 @@
 #include "cuda/device_memory.h"
 #include "model/quantize.h"
 #include "runtime/backend.h"
+#include "runtime/session.h"
 
 namespace runahead::testing {
 
@@ -149,6 +150,13 @@ inline std::pair<bool, std::string> quantized_check(const CudaBackend& backend) 
   for (const OptimizationCheck& c : backend.self_check())
     if (c.name == "quantized_kernels") return {c.active, c.why};
   return {false, ""};
+}
+
+// The quantized_kernels entry of a session's load report (null when it has none).
+inline nlohmann::json quantized_check(const Session& s) {
+  for (const auto& c : s.report()["checks"])
+    if (c["name"] == "quantized_kernels") return c;
+  return nlohmann::json();
 }
 
 }  // namespace runahead::testing

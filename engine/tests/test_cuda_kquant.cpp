@@ -142,11 +142,6 @@ TEST_CASE("cuda k-quant: a Q4_K_M load reads the blocks without a warning, and w
   if (!have_device()) return;
   TempDir dir;
   write_random_model(dir.path, k_quant_config(false, 2), 13);
-  const auto quantized = [](const Session& s) {
-    for (const auto& c : s.report()["checks"])
-      if (c["name"] == "quantized_kernels") return c;
-    return nlohmann::json();
-  };
   LoadOptions o;
   o.backend = "cuda";
   o.weights = "q4_k_m";
@@ -156,7 +151,7 @@ TEST_CASE("cuda k-quant: a Q4_K_M load reads the blocks without a warning, and w
     const auto s = Session::open(dir.path.string(), o);
     CHECK(s->report()["weights"] == "q4_k+q6_k");
     CHECK(s->report()["warnings"].empty());
-    const auto c = quantized(*s);
+    const auto c = quantized_check(*s);
     REQUIRE(c.is_object());
     CHECK(c["active"] == !persistent);
   }

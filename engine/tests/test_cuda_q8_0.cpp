@@ -132,24 +132,19 @@ TEST_CASE("cuda q8_0: a small Q8_0 model, Q8_0 with fp8, or Q8_0 mixed with anot
 TEST_CASE("cuda q8_0: the embedded model (Q8_0, small) loads widened without a warning, or as stored when asked") {
   if (!have_device()) return;
   const fs::path embedded = fs::path(RUNAHEAD_FIXTURES) / ".." / ".." / "engine" / "models" / "runahead-coder";
-  const auto quantized = [](const Session& s) {
-    for (const auto& c : s.report()["checks"])
-      if (c["name"] == "quantized_kernels") return c;
-    return nlohmann::json();
-  };
   LoadOptions o;
   o.backend = "cuda";
   {  // the faster path for its size is a choice the check explains, not a degraded load
     const auto s = Session::open(embedded.string(), o);
     for (const auto& w : s->report()["warnings"]) CHECK(w.get<std::string>().find("widened") == std::string::npos);
-    const auto c = quantized(*s);
+    const auto c = quantized_check(*s);
     REQUIRE(c.is_object());
     CHECK(c["active"] == false);
     CHECK(c["why"].get<std::string>().find("below 1 GiB") != std::string::npos);
   }
   o.require = {"quantized_kernels"};
   const auto s = Session::open(embedded.string(), o);
-  CHECK(quantized(*s)["active"] == true);
+  CHECK(quantized_check(*s)["active"] == true);
   CHECK(s->report()["optimizations"]["weights"].get<std::string>().rfind("Q8_0 as stored", 0) == 0);
 }
 #endif  // RUNAHEAD_CUDA
