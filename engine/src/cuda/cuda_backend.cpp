@@ -131,14 +131,23 @@ DType device_layer_dtype(const ModelWeights& w, bool fp8) {
   return w.dtype == DType::Q6_K ? DType::Q4_K : w.dtype;
 }
 
+// How a model's block-quantized matrices run (make_cuda_backend): as stored, or widened to bf16;
+// `why` says which and why, `warn` when widening was not a choice (OptimizationCheck::warn).
+// Empty `why`: no block-quantized matrix.
+struct Quantized {
+  bool as_stored = false;
+  std::string why;
+  bool warn = false;
+};
+
 // How a step ends: logits only, a greedy or sampled token fed to the next step, or a greedy
 // verify of the step's drafted tokens (StepEnd::draft).
 enum class StepMode { Logits, Greedy, Sample, Verify };
 
 class CudaBackendImpl final : public CudaBackend, private StepParts {
  public:
-  // `quantized`: how block-quantized matrices run (empty for a model without them).
-  CudaBackendImpl(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options, std::string quantized)
+  // `quantized`: how block-quantized matrices run.
+  CudaBackendImpl(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options, Quantized quantized)
       : w_(std::move(weights)),
         quantized_(std::move(quantized)),
         c_(w_->config),
@@ -1069,9 +1078,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                       head_dtype_ == DType::F8_E4M3 ? "lm_head is F8_E4M3 on the device"
                                                     : std::string("lm_head is ") + dtype_name(head_dtype_) +
                                                           " (options.lm_head \"fp8\" quantizes it)"});
-    if (!quantized_.empty())
-      checks.push_back(
-          {"quantized_kernels", layer_dtype_ == DType::Q8_0 || layer_dtype_ == DType::Q4_K, quantized_});
+    if (!quantized_.why.empty())
+      checks.push_back({"quantized_kernels", quantized_.as_stored, quantized_.why, quantized_.warn});
     checks.push_back({"tensor_core_prefill", prefill_on_tensor_cores(),
                       prefill_on_tensor_cores() ? std::string("prompts of ") + std::to_string(kTensorCoreMinTokens) +
                                                       "+ tokens run " + gemm_bf16_impl() + " GEMMs"
@@ -1106,10 +1114,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t events_[2] = {};
 
-  const std::string quantized_;
+  const Quantized quantized_;
   const DType layer_dtype_, head_dtype_, embed_dtype_;  // as the device keeps them
-  DeviceBuffer embed_, embed_scale_, lm_head_, lm_head_scale_, final_norm_;  // embed_scale_: Q8_0; lm_head_scale_: fp8, Q8_0
-  DeviceBuffer prefill_w_;  // fp8 and Q8_0 weights: the matrix a prefill GEMM reads, widened to bf16
+  // embed_scale_ and lm_head_scale_ as DeviceLayer's scale buffers (lm_head's also fp8's).
+  DeviceBuffer embed_, embed_scale_, lm_head_, lm_head_scale_, final_norm_;
+  DeviceBuffer prefill_w_;  // block-quantized and fp8 weights: the matrix a prefill GEMM reads, widened to bf16
   std::vector<DeviceLayer> layers_;
   DeviceBuffer rope_cos_, rope_sin_, k_cache_, v_cache_;
   DeviceBuffer pos_d_, tokens_d_, x_, q_, att_, act_, logits_d_, head_partial_, head_counter_;
@@ -1155,49 +1164,55 @@ std::string kquant_misfit(const ModelWeights& w) {
   return "";
 }
 
+// How a model of block-quantized matrices runs. Q8_0 runs as stored when every matrix is
+// Q8_0 and the model is large enough for the bytes to matter: the Q8_0 kernels run a kernel
+// per op, and widened to bf16 a small model may run the persistent step instead (H200, random
+// Qwen2.5-Coder shapes, decode ms/token as stored against widened: 0.5B (525 MB of Q8_0) 0.833 /
+// 0.823, 1.5B 1.555 / 1.654, 7B 4.147 / 4.317). Q4_K/Q6_K run as stored at any size when the
+// K-quant kernels can read their layout. options.require names the path: quantized_kernels as
+// stored, persistent_step widened. Widening for a format, layout or fp8 the kernels cannot
+// take is a warning; for the size or the persistent step, a choice.
+Quantized quantized_run(const ModelWeights& w, const BackendOptions& options) {
+  const std::string formats = weight_formats(w);
+  const auto required = [&](const char* name) {
+    return std::find(options.require.begin(), options.require.end(), name) != options.require.end();
+  };
+  const bool kquant = formats == "q4_k" || formats == "q6_k" || formats == "q4_k+q6_k" || formats == "q6_k+q4_k";
+  const auto widened = [&](const std::string& why, bool warn) { return Quantized{false, why, warn}; };
+  if (!kquant && formats != "q8_0")
+    return widened("the " + formats +
+                       " matrices run widened to bf16 (the CUDA kernels read Q8_0 blocks, every matrix Q8_0, and "
+                       "Q4_K/Q6_K blocks, every matrix one of the two)",
+                   true);
+  if (const std::string misfit = kquant ? kquant_misfit(w) : ""; !misfit.empty())
+    return widened("the " + formats + " matrices run widened to bf16 (the K-quant kernels need " + misfit + ")", true);
+  if (options.fp8_matrices || options.fp8_lm_head)
+    return widened("the " + formats +
+                       " matrices are widened to bf16 and quantized to fp8 from there (options.weights/lm_head fp8)",
+                   true);
+  if (required("persistent_step") && !required("quantized_kernels"))
+    return widened("the " + formats + " matrices run widened to bf16 for the persistent step (options.require "
+                   "persistent_step)",
+                   false);
+  if (!kquant && w.weight_bytes < kQ8AsStoredBytes && !required("quantized_kernels"))
+    return widened("the q8_0 matrices (" + std::to_string(w.weight_bytes >> 20) +
+                       " MiB) run widened to bf16: below 1 GiB the persistent bf16 step is as fast (options.require "
+                       "quantized_kernels runs them as stored)",
+                   false);
+  return {true,
+          kquant ? formats + " matrices read as stored by the CUDA K-quant kernels (a kernel per op)"
+                 : "q8_0 matrices read as stored by the CUDA block kernels (a kernel per op)",
+          false};
+}
+
 }  // namespace
 
 std::unique_ptr<CudaBackend> make_cuda_backend(std::shared_ptr<const ModelWeights> weights,
                                                const BackendOptions& options) {
-  if (!has_quantized_matrix(*weights)) return std::make_unique<CudaBackendImpl>(std::move(weights), options, "");
-  const std::string formats = weight_formats(*weights);
-  const auto required = [&](const char* name) {
-    return std::find(options.require.begin(), options.require.end(), name) != options.require.end();
-  };
-  // Q8_0 runs as stored when every matrix is Q8_0 and the model is large enough for the bytes
-  // to matter: the Q8_0 kernels run a kernel per op, and widened to bf16 a small model may run
-  // the persistent step instead. H200, random Qwen2.5-Coder shapes, decode ms/token as stored
-  // against widened: 0.5B (525 MB of Q8_0) 0.833 / 0.823, 1.5B 1.555 / 1.654, 7B 4.147 / 4.317.
-  // options.require names the path: quantized_kernels as stored, persistent_step widened.
-  std::string why;
-  const bool kquant = formats == "q4_k" || formats == "q6_k" || formats == "q4_k+q6_k" || formats == "q6_k+q4_k";
-  if (kquant) {
-    why = kquant_misfit(*weights);
-    if (!why.empty())
-      why = "the " + formats + " matrices run widened to bf16 (the K-quant kernels need " + why + ")";
-    else if (options.fp8_matrices || options.fp8_lm_head)
-      why = "the " + formats + " matrices are widened to bf16 and quantized to fp8 from there (options.weights/lm_head fp8)";
-    else if (required("persistent_step") && !required("quantized_kernels"))
-      why = "the " + formats + " matrices run widened to bf16 for the persistent step (options.require persistent_step)";
-    if (!why.empty()) return std::make_unique<CudaBackendImpl>(with_bf16_matrices(std::move(weights)), options, why);
-    return std::make_unique<CudaBackendImpl>(
-        std::move(weights), options, formats + " matrices read as stored by the CUDA K-quant kernels (a kernel per op)");
-  }
-  if (formats != "q8_0")
-    why = "the " + formats +
-          " matrices run widened to bf16 (the CUDA kernels read Q8_0 blocks, every matrix Q8_0, and Q4_K/Q6_K blocks, "
-          "every matrix one of the two)";
-  else if (options.fp8_matrices || options.fp8_lm_head)
-    why = "the q8_0 matrices are widened to bf16 and quantized to fp8 from there (options.weights/lm_head fp8)";
-  else if (required("persistent_step") && !required("quantized_kernels"))
-    why = "the q8_0 matrices run widened to bf16 for the persistent step (options.require persistent_step)";
-  else if (weights->weight_bytes < kQ8AsStoredBytes && !required("quantized_kernels"))
-    why = "the q8_0 matrices (" + std::to_string(weights->weight_bytes >> 20) +
-          " MiB) run widened to bf16: below 1 GiB the persistent bf16 step is as fast (options.require "
-          "quantized_kernels runs them as stored)";
-  if (!why.empty()) return std::make_unique<CudaBackendImpl>(with_bf16_matrices(std::move(weights)), options, why);
-  return std::make_unique<CudaBackendImpl>(
-      std::move(weights), options, "q8_0 matrices read as stored by the CUDA block kernels (a kernel per op)");
+  if (!has_quantized_matrix(*weights)) return std::make_unique<CudaBackendImpl>(std::move(weights), options, Quantized{});
+  const Quantized q = quantized_run(*weights, options);
+  if (!q.as_stored) return std::make_unique<CudaBackendImpl>(with_bf16_matrices(std::move(weights)), options, q);
+  return std::make_unique<CudaBackendImpl>(std::move(weights), options, q);
 }
 
 // runtime/ reaches this backend through its entry (runtime/backend.h), never this header.

@@ -36,6 +36,9 @@ struct OptimizationCheck {
   std::string name;
   bool active = false;
   std::string why;
+  // Inactive because the backend cannot do it (block formats it cannot read as stored, run
+  // widened), not by choice: the load reports `why` as a warning.
+  bool warn = false;
 };
 
 // The host's blocking waits on the device since the backend was made: all of them (stream or

@@ -234,19 +234,11 @@ std::unique_ptr<Session> Session::open_checked(const std::string& model, const L
                                                        : nlohmann::json::object();
   optimizations["prefix_reuse"] = true;
   const nlohmann::json checks = check_optimizations(*session->backend_, speculation, options, warnings);
-  // Block formats a backend cannot read as stored run widened: a warning. A Q8_0 model the CUDA
-  // backend widens because that is as fast for its size, or a Q8_0 or Q4_K/Q6_K model widened
-  // because options.require asked for the persistent step, is a choice, said in the check, not
-  // a warning.
-  const std::string formats = weight_formats(*session->weights_);
-  const bool asked_persistent =
-      std::find(options.require.begin(), options.require.end(), "persistent_step") != options.require.end();
-  const bool kquant = formats == "q4_k" || formats == "q6_k" || formats == "q4_k+q6_k" || formats == "q6_k+q4_k";
-  const bool widened_by_choice =
-      !fp8_matrices && !fp8_lm_head && (formats == "q8_0" || (kquant && asked_persistent));
-  for (const auto& c : checks)
-    if (c["name"] == "quantized_kernels" && !c["active"].get<bool>() && !widened_by_choice)
-      warnings.push_back(c["why"].get<std::string>());
+  // What the backend could not do (block formats it cannot read as stored, run widened) is a
+  // warning; what it chose not to (a small Q8_0 model widened, as fast at its size) is said in
+  // the check only.
+  for (const OptimizationCheck& c : session->backend_->self_check())
+    if (c.warn) warnings.push_back(c.why);
   const ModelWeights& w = *session->weights_;
   for (const std::string& warning : warnings) std::cerr << "runahead-engine: warning: " << warning << "\n";
   session->report_ = {
