@@ -28,6 +28,13 @@ inline bool have_device() {
   return false;
 }
 
+// The device's multiprocessors (the ops' launchers size their grids by them).
+inline int sms() {
+  int n = 0;
+  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0);
+  return n;
+}
+
 inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f) {
   std::uniform_real_distribution<float> u(-scale, scale);
   std::vector<float> v(n);
@@ -94,18 +101,45 @@ template <class T> std::vector<T> to_host(const cuda::DeviceBuffer& b, size_t n)
   return v;
 }
 
+// The inputs quantized as quantize_inputs_q8 does (llama.cpp's q8_1): per 32 values,
+// d = largest magnitude / 127 and q = round(v / d); values[k] ~ d[k / 32] * q[k].
+struct HostQ8 {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+};
+inline HostQ8 host_q8(const std::vector<float>& x) {
+  HostQ8 h{std::vector<int8_t>(x.size()), std::vector<float>(x.size() / 32)};
+  for (size_t g = 0; g < h.d.size(); ++g) {
+    float amax = 0.0f;
+    for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(x[32 * g + l]));
+    const float d = amax / 127.0f;
+    h.d[g] = d;
+    for (int l = 0; l < 32; ++l) h.q[32 * g + l] = int8_t(amax == 0.0f ? 0 : int(std::round(x[32 * g + l] / d)));
+  }
+  return h;
+}
+
+// row r . (the dequantized q8 inputs) in double, for each of `rows` rows of K weights `w`.
+inline std::vector<double> q8_products(const std::vector<float>& w, int rows, int K, const HostQ8& x) {
+  std::vector<double> y(static_cast<size_t>(rows), 0.0);
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < K; ++k) y[size_t(r)] += double(w[size_t(r) * K + k]) * x.d[size_t(k / 32)] * x.q[size_t(k)];
+  return y;
+}
+
 // A model of block-quantized weights as the CUDA backend runs it (`cuda`, loaded from `q`)
 // against the same weights widened exactly to f32 on the CPU backend: the logits of every path
-// within 0.1 % of the largest (the matrix-vector path at 8 and 17 tokens, single steps, the
-// device loop and the device verify of its tokens, which keeps them all) and the tensor-core
-// prefill, which reads the weights rounded to bf16, within 2 %.
-inline void check_like_f32_reference(const std::shared_ptr<const ModelWeights>& q, CudaBackend& cuda) {
+// within `tol` of the largest (0.1 %: the matrix-vector path at 8 and 17 tokens, single steps,
+// the device loop and the device verify of its tokens, which keeps them all) and the
+// tensor-core prefill, which reads the weights rounded to bf16, within 2 %.
+inline void check_like_f32_reference(const std::shared_ptr<const ModelWeights>& q, CudaBackend& cuda,
+                                     double tol = 1e-3) {
   auto reference = std::make_shared<const ModelWeights>(with_dense_matrices(*q, DType::F32));
   auto cpu = make_cpu_backend(reference, BackendOptions{2, 512});
   const int V = q->config.vocab_size;
   std::mt19937 rng(17);
   const std::vector<int32_t> prompt = random_tokens(40, V, rng), long_prompt = random_tokens(300, V, rng);
-  constexpr double kTol = 1e-3;
+  const double kTol = tol;
   std::vector<float> a, b;
   // A 40-token prompt in chunks (17 tokens, then the rest), 8 rows of logits; then single steps.
   cpu->forward(prompt, 8, a);

@@ -31,12 +31,6 @@ using nlohmann::json;
 
 namespace {
 
-int sms() {
-  int n = 0;
-  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0);
-  return n;
-}
-
 // max |a - b| / max(1, max |b|)
 double rel_error(const std::vector<float>& a, const std::vector<double>& b) {
   REQUIRE(a.size() == b.size());
@@ -172,7 +166,7 @@ TEST_CASE("cuda ops: rmsnorm_qkv_rope_append, attention, residual, gate_up_swigl
       Bf16Matrix wo = random_bf16(size_t(H) * qd, rng);
       auto in = random_floats(size_t(n) * qd, rng);
       DeviceBuffer dwo = to_device(wo.bits), din = to_device(in), dres = to_device(x);
-      matvec_residual_add(dwo.get(), DType::BF16, nullptr, H, qd, din.get<float>(), n, dres.get<float>(), sms(), nullptr);
+      matvec_residual_add(dwo.get(), DType::BF16, nullptr, H, qd, din.get<float>(), n, dres.get<float>(), Q8Scratch{}, sms(), nullptr);
       std::vector<double> ref(size_t(n) * H);
       for (int t = 0; t < n; ++t)
         for (int r = 0; r < H; ++r) {
@@ -186,7 +180,7 @@ TEST_CASE("cuda ops: rmsnorm_qkv_rope_append, attention, residual, gate_up_swigl
     {
       Bf16Matrix wgu = random_bf16(size_t(2) * I * H, rng);
       DeviceBuffer dwgu = to_device(wgu.bits), dact(size_t(n) * I * 4);
-      rmsnorm_gate_up_swiglu(dwgu.get(), DType::BF16, nullptr, dnorm.get<float>(), 1e-6f, H, I, dx.get<float>(), n, dact.get<float>(), sms(), nullptr);
+      rmsnorm_gate_up_swiglu(dwgu.get(), DType::BF16, nullptr, dnorm.get<float>(), 1e-6f, H, I, dx.get<float>(), n, dact.get<float>(), Q8Scratch{}, sms(), nullptr);
       std::vector<double> ref(size_t(n) * I);
       for (int t = 0; t < n; ++t) {
         const auto h = rmsnorm_ref(x, t, H, norm);
@@ -255,7 +249,7 @@ TEST_CASE("cuda ops: embedding_lookup and matvec in f16 and f32") {
       ref[t * H + r] = s;
     }
   DeviceBuffer dw = to_device(w), din = to_device(in), dres = to_device(std::vector<float>(size_t(n) * H, 0.0f));
-  matvec_residual_add(dw.get(), DType::F32, nullptr, H, K, din.get<float>(), n, dres.get<float>(), sms(), nullptr);
+  matvec_residual_add(dw.get(), DType::F32, nullptr, H, K, din.get<float>(), n, dres.get<float>(), Q8Scratch{}, sms(), nullptr);
   CHECK(rel_error(to_host<float>(dres, ref.size()), ref) < 1e-5);
 }
 

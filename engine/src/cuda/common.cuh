@@ -133,27 +133,13 @@ template <class W> constexpr bool kIsFp8 = std::is_same_v<W, __nv_fp8_e4m3>;
 
 // Q8_0 (model/quant_format.h) as the device keeps it: the blocks' int8 weights as rows of K
 // ([rows, K], 16 weights a chunk, as dense rows are read) and their f16 scales apart
-// ([rows, K / 32], a chunk's scale at index chunk / 2 of its row). Each weight becomes the
-// exact f32 of its int8 without a conversion instruction: a byte permute makes 2^23 + (q + 128)
-// and one subtraction leaves q. A chunk's 16 products are summed in f32 and multiplied once by
-// the block's scale.
+// ([rows, K / 32], a chunk's scale at index chunk / 2 of its row); read by q8_0_dot_rows.
 struct Q8Weight {
   int8_t q;
 };
 constexpr int kQ8Block = 32;
-// Weight j of a word of four int8 weights, given the word ^ 0x80808080 (q + 128 in each byte).
-__device__ __forceinline__ float q8_weight(uint32_t biased, int j) {
-  return __uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u + j)) - 8388736.0f;
-}
 template <> struct Chunk<Q8Weight> {
   static constexpr int kElems = 16;
-  __device__ static void unpack(uint4 v, float (&f)[16]) {
-    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) f[4 * i + j] = q8_weight(u[i] ^ 0x80808080u, j);
-  }
 };
 template <class W> constexpr bool kIsQ8 = std::is_same_v<W, Q8Weight>;
 
@@ -222,16 +208,15 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // acc[r][t] = sum_k w[r][k] * x[t * ldx + k] * (g ? g[k] : 1)   for r < R, t < n <= NT and
-// k in 16-byte chunks [c_begin, c_end) of the rows; for Q8_0, d[r] is row r's block scales
-// (null otherwise). Each lane streams 16-byte weight
+// k in 16-byte chunks [c_begin, c_end) of the rows (the dense types and fp8; Q8_0 and the
+// K-quants have their own, on int8 inputs). Each lane streams 16-byte weight
 // chunks, U of them per row in flight; the result is summed across the warp and valid in
 // every lane. x may live in shared or global memory. One token: load U chunks, then use them.
 // Several: the next U chunks are loaded while these are used (their compute per chunk grows
 // with the tokens; without the overlap a warp had no loads in flight for that long).
 template <class W, int R, int NT>
 __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begin, int c_end, const float* x, int ldx,
-                                              int n, const float* g, float (&acc)[R][NT],
-                                              const __half* const (&d)[R]) {
+                                              int n, const float* g, float (&acc)[R][NT]) {
   constexpr int E = Chunk<W>::kElems;
   constexpr int U = NT > 1 ? 2 : R == 1 ? 8 : 4;
   const int lane = threadIdx.x % kWarp;
@@ -286,33 +271,10 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
 #pragma unroll
           for (int r = 0; r < R; ++r) acc[r][t] += fp8_chunk_dot(wh[r], xh);
         }
-      } else if constexpr (kIsQ8<W> && NT == 1) {
-        // One token: each weight is used once, so it is widened where it is used (no chunk of
-        // widened weights held in registers: 92 registers rather than 97, 7B decode 4.00 ms
-        // rather than 4.23 on an H200); g scales the inputs.
-        float xv[E];
-        inputs(0, xv);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const float block_scale = __half2float(__ldg(d[r] + c * E / kQ8Block));
-          const uint32_t wu[4] = {wv[u][r].x, wv[u][r].y, wv[u][r].z, wv[u][r].w};
-          float sum = 0.0f;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint32_t biased = wu[i] ^ 0x80808080u;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) sum = fmaf(q8_weight(biased, j), xv[4 * i + j], sum);
-          }
-          acc[r][0] = fmaf(block_scale, sum, acc[r][0]);
-        }
       } else {
-        // Q8_0: each block's sums are scaled by its scale (1 for the dense types).
-        float wf[R][E], block_scale[R];
+        float wf[R][E];
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          Chunk<W>::unpack(wv[u][r], wf[r]);
-          block_scale[r] = kIsQ8<W> ? __half2float(__ldg(d[r] + c * E / kQ8Block)) : 1.0f;
-        }
+        for (int r = 0; r < R; ++r) Chunk<W>::unpack(wv[u][r], wf[r]);
         // g multiplies the chunk's weights once rather than each token's inputs.
         if (g)
 #pragma unroll
@@ -325,17 +287,9 @@ __device__ __forceinline__ void warp_dot_rows(const W* const (&w)[R], int c_begi
           float xv[E];
           inputs(t, xv, false);
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
-            if constexpr (kIsQ8<W>) {
-              float sum = 0.0f;
+          for (int r = 0; r < R; ++r)
 #pragma unroll
-              for (int e = 0; e < E; ++e) sum = fmaf(wf[r][e], xv[e], sum);
-              acc[r][t] = fmaf(block_scale[r], sum, acc[r][t]);
-            } else {
-#pragma unroll
-              for (int e = 0; e < E; ++e) acc[r][t] = fmaf(wf[r][e], xv[e], acc[r][t]);
-            }
-          }
+            for (int e = 0; e < E; ++e) acc[r][t] = fmaf(wf[r][e], xv[e], acc[r][t]);
         }
       }
     }
@@ -412,12 +366,61 @@ template <class W> struct RowMatrix {
   }
 };
 
+// warp_dot_rows for R rows of a Q8_0 matrix (w: int8 weights, d: their f16 block scales) on
+// int8 inputs (kquant.cuh Q8Inputs): a chunk's 16 products are 4 dp4a, scaled once by the
+// block's scale times the inputs' (llama.cpp's vec_dot_q8_0_q8_1).
+template <int R, int NT>
+__device__ __forceinline__ void q8_0_dot_rows(const Q8Weight* const (&w)[R], const __half* const (&d)[R], int c_begin,
+                                              int c_end, const Q8Inputs& in, int n, float (&acc)[R][NT]) {
+  constexpr int U = NT > 1 ? 2 : 4;
+  const int lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+  for (int c0 = c_begin + lane; c0 < c_end; c0 += kWarp * U) {
+    uint4 wv[U][R];
+    float scale[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int c = c0 + kWarp * u;
+        wv[u][r] = c < c_end ? load_stream(w[r] + size_t(c) * 16) : make_uint4(0, 0, 0, 0);
+        scale[u][r] = c < c_end ? __half2float(__ldg(d[r] + c / 2)) : 0.0f;
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + kWarp * u;
+      if (c >= c_end) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t >= n) break;
+        const uint4 x = *reinterpret_cast<const uint4*>(in.q + size_t(t) * in.K + size_t(c) * 16);
+        const float xd = in.d[size_t(t) * (in.K / 32) + c / 2];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int dot = __dp4a(int(wv[u][r].w), int(x.w), __dp4a(int(wv[u][r].z), int(x.z),
+                          __dp4a(int(wv[u][r].y), int(x.y), __dp4a(int(wv[u][r].x), int(x.x), 0))));
+          acc[r][t] = fmaf(scale[u][r] * xd, float(dot), acc[r][t]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = warp_sum(acc[r][t]);
+}
+
+// Whether a matrix of W reads its inputs quantized to int8 (Q8Inputs): Q8_0 and the K-quants.
+template <class W> constexpr bool kQ8Inputs = kIsQ8<W> || kIsKQ<W>;
+
 // warp_dot_rows for the R rows `rows` of a K-quant matrix (kquant.cuh); the rows of a unit are
 // all Q4_K or all Q6_K.
 template <int R, int NT>
 __device__ __forceinline__ void kq_dot_rows(const RowMatrix<KQWeight>& m, const int (&rows)[R], int c_begin,
-                                            int c_end, const float* x, int ldx, int n, const float* g,
-                                            float (&acc)[R][NT]) {
+                                            int c_end, const Q8Inputs& in, int n, float (&acc)[R][NT]) {
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -426,9 +429,9 @@ __device__ __forceinline__ void kq_dot_rows(const RowMatrix<KQWeight>& m, const 
 #pragma unroll
   for (int r = 0; r < R; ++r) row[r] = m.kq_row(rows[r]);
   if (rows[0] < m.q6_from)
-    q4k_dot_rows<R, NT>(row, m.K, c_begin, c_end, x, ldx, n, g, acc);
+    q4k_dot_rows<R, NT>(row, m.K, c_begin, c_end, in, n, acc);
   else
-    q6k_dot_rows<R, NT>(row, m.K, c_begin, c_end, x, ldx, n, g, acc);
+    q6k_dot_rows<R, NT>(row, m.K, c_begin, c_end, in, n, acc);
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -438,10 +441,11 @@ __device__ __forceinline__ void kq_dot_rows(const RowMatrix<KQWeight>& m, const 
 // Visits every unit once: rows_of(u, rows) names its R row indices of m, epilogue(u, acc) runs
 // in the warp holding the full sums (lane t owns token t), scaled by the rows' scales. Every
 // thread of the block calls it (it synchronises when split > 1); `red` holds
-// kGemvWarps * R * NT floats.
+// kGemvWarps * R * NT floats. A Q8_0 or K-quant matrix reads its inputs from q8 (x and g unused).
 template <class W, int R, int NT, class RowsOf, class Epilogue>
 __device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int split, const float* x, int ldx,
-                                           int n, const float* g, float* red, RowsOf rows_of, Epilogue epilogue) {
+                                           int n, const float* g, float* red, RowsOf rows_of, Epilogue epilogue,
+                                           const Q8Inputs& q8 = {}) {
   const GemvSplit s(split, m.K / Chunk<W>::kElems);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   for (int base = blockIdx.x * s.units_per_block(); base < units; base += gridDim.x * s.units_per_block()) {
@@ -451,16 +455,19 @@ __device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int
     if (u < units) {
       rows_of(u, rows);
       if constexpr (kIsKQ<W>) {
-        kq_dot_rows<R, NT>(m, rows, s.c_begin, s.c_end, x, ldx, n, g, acc);
+        kq_dot_rows<R, NT>(m, rows, s.c_begin, s.c_end, q8, n, acc);
       } else {
         const W* w[R];
-        const __half* d[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          w[r] = m.row(rows[r]);
-          d[r] = m.block_scales(rows[r]);
+        for (int r = 0; r < R; ++r) w[r] = m.row(rows[r]);
+        if constexpr (kIsQ8<W>) {
+          const __half* d[R];
+#pragma unroll
+          for (int r = 0; r < R; ++r) d[r] = m.block_scales(rows[r]);
+          q8_0_dot_rows<R, NT>(w, d, s.c_begin, s.c_end, q8, n, acc);
+        } else {
+          warp_dot_rows<W, R, NT>(w, s.c_begin, s.c_end, x, ldx, n, g, acc);
         }
-        warp_dot_rows<W, R, NT>(w, s.c_begin, s.c_end, x, ldx, n, g, acc, d);
       }
     } else {
 #pragma unroll
@@ -544,6 +551,48 @@ template <class Kernel> int blocks_per_sm(Kernel kernel, int threads, size_t sme
              "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   return per_sm > 0 ? per_sm : 1;
 }
+
+// Lane l's value v of 32 (one per lane of the warp) quantized as llama.cpp's quantize_q8_1:
+// scale = largest magnitude / 127, q = round(v / scale) (0 when all are 0).
+__device__ __forceinline__ int8_t q8_lane(float v, float& scale) {
+  const float amax = warp_max(fabsf(v));
+  scale = amax / 127.0f;
+  return int8_t(amax == 0.0f ? 0 : int(roundf(v / scale)));
+}
+
+// The floats before stage_q8's int8 values: its K / 32 scales, padded to 16 bytes.
+__host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) / 4 * 4; }
+// One token's inputs x[k] * g[k] quantized as quantize_inputs_q8 does (the same bits) into
+// shared memory: `staged` holds K / 32 scales (stage_q8_scales), then K int8 values. Every
+// thread calls it. A warp loads 4 groups' values before it reduces any (a group at a time
+// waited on each load: the 7B's q/k/v took longer than with a kernel of its own quantizing).
+__device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged) {
+  constexpr int kBatch = 4;
+  int8_t* q = reinterpret_cast<int8_t*>(staged + stage_q8_scales(K));
+  const int lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp, groups = K / 32;
+  for (int first = threadIdx.x / kWarp; first < groups; first += kBatch * warps) {
+    float v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int k = (first + b * warps) * 32 + lane;
+      v[b] = first + b * warps < groups ? x[k] * g[k] : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int group = first + b * warps;
+      float scale;
+      const int8_t value = q8_lane(v[b], scale);
+      if (group < groups) {
+        q[group * 32 + lane] = value;
+        if (lane == 0) staged[group] = scale;
+      }
+    }
+  }
+  __syncthreads();
+  return Q8Inputs{q, staged, K};
+}
+// Its bytes of shared memory.
+constexpr size_t stage_q8_bytes(int K) { return size_t(K) + size_t(stage_q8_scales(K)) * sizeof(float); }
 
 // Stages h[k] = x[k] * inv * g[k] (one token) in shared memory for the dot products.
 __device__ __forceinline__ void stage_normed(const float* x, float inv, const float* g, int K, float* h) {

@@ -149,9 +149,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   // `quantized`: how block-quantized matrices run.
   CudaBackendImpl(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options, Quantized quantized)
       : w_(std::move(weights)),
-        quantized_(std::move(quantized)),
         c_(w_->config),
         layer_ops_(architecture_of(c_).step),
+        quantized_(std::move(quantized)),
         layer_dtype_(device_layer_dtype(*w_, options.fp8_matrices)),
         head_dtype_(device_layer_dtype(*w_, options.fp8_matrices || options.fp8_lm_head)),
         embed_dtype_(options.fp8_matrices ? DType::BF16 : device_layer_dtype(*w_, false)) {
@@ -587,6 +587,12 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // The prefill GEMM's output; with q/k norms also the vector path's projection before them.
     if (prefill_on_tensor_cores() || qk_norm())
       qkv_ = DeviceBuffer(size_t(prefill_on_tensor_cores() ? rows : kMaxVecTokens) * qkv_rows * 4);
+    const auto q8_inputs = [](DType t) { return t == DType::Q4_K || t == DType::Q8_0; };
+    if (q8_inputs(layer_dtype_) || q8_inputs(head_dtype_)) {
+      const size_t widest = std::max({H, qd, I});
+      q8_q_ = DeviceBuffer(size_t(kMaxVecTokens) * widest);
+      q8_d_ = DeviceBuffer(size_t(kMaxVecTokens) * (widest / 32) * sizeof(float));
+    }
   }
 
   // The persistent decode step (decode_step.h): its layer table and scratch.
@@ -805,8 +811,12 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.head_dim = c_.head_dim;
     a.k_cache = k_cache_.get<float>() + size_t(l) * capacity_ * kvd;
     a.v_cache = v_cache_.get<float>() + size_t(l) * capacity_ * kvd;
+    a.q8 = q8_inputs();
     return a;
   }
+
+  // The Q8_0 and K-quant kernels' inputs quantized to int8 (kernels.h Q8Scratch); none for other formats.
+  Q8Scratch q8_inputs() const { return Q8Scratch{q8_q_.get<int8_t>(), q8_d_.get<float>()}; }
 
   DecodeAttention attention_args(int l) const {
     DecodeAttention a = attention_;
@@ -830,13 +840,13 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const DeviceLayer& d = layers_[l];
     rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
                            c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
-                           act_.get<float>(), sms_, stream_);
+                           act_.get<float>(), q8_inputs(), sms_, stream_);
   }
   // x += in W^T for the layer's matrix `role` (o_proj or down).
   void enqueue_matmul_residual(int l, Role role, const float* in, int n) {
     const Tensor& w = w_->layers[l][role];
     matvec_residual_add(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
-                        int(w.cols()), in, n, x_.get<float>(), sms_, stream_);
+                        int(w.cols()), in, n, x_.get<float>(), q8_inputs(), sms_, stream_);
   }
 
   float* buffer(Buffer b) const {
@@ -872,6 +882,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.vocab = c_.vocab_size;
     a.partial = head_partial_.get<float>();
     a.counter = head_counter_.get<int>();
+    a.q8 = q8_inputs();
     rmsnorm_lm_head_argmax(a, x_.get<float>() + size_t(first) * c_.hidden_size, rows, logits_d_.get<float>(), end,
                            sms_, stream_);
   }
@@ -1124,6 +1135,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer pos_d_, tokens_d_, x_, q_, att_, act_, logits_d_, head_partial_, head_counter_;
   DeviceBuffer attention_partial_, attention_counters_, sampling_d_;
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
+  DeviceBuffer q8_q_, q8_d_;  // Q8_0 and K-quant matrices: their inputs quantized (q8_inputs())
   DeviceBuffer step_layers_, step_qkv_, step_gate_up_, step_partial_, step_best_, step_sync_;
   DecodeStep step_;
   DecodeStepPlan step_plan_;

@@ -9,7 +9,8 @@ namespace {
 template <class W, int NT>
 __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm_gate_up_swiglu_kernel(RowMatrix<W> w, const float* norm,
                                                                              float eps, int I, const float* x,
-                                                                             int n, float* act, int split) {
+                                                                             int n, float* act, int split,
+                                                                             Q8Inputs q8) {
   const int H = w.K;
   extern __shared__ float staged[];
   __shared__ float scratch[NT * kGemvWarps];
@@ -23,33 +24,40 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, eps, scratch, inv);
-  if (NT == 1) stage_normed(x, inv[0], norm, H, staged);
-  block_gemv<W, 2, NT>(w, I, split, NT == 1 ? staged : x, H, n, NT == 1 ? nullptr : norm, red, rows_of,
+  constexpr bool kStaged = NT == 1 && !kQ8Inputs<W>;  // Q8_0 and K-quant matrices read q8 (times norm) instead
+  if (kStaged) stage_normed(x, inv[0], norm, H, staged);
+  // One token: its inputs quantized here, as quantize_inputs_q8 would.
+  if constexpr (NT == 1 && kQ8Inputs<W>) q8 = stage_q8(x, norm, H, staged);
+  block_gemv<W, 2, NT>(w, I, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : norm, red, rows_of,
                        [&](int j, float (&acc)[2][NT]) {
                          const int lane = threadIdx.x % kWarp;
 #pragma unroll
                          for (int t = 0; t < NT; ++t) {
                            if (t < n && lane == t) {
-                             const float scale = NT == 1 ? 1.0f : inv[t];
+                             const float scale = kStaged ? 1.0f : inv[t];
                              const float g = acc[0][t] * scale, u = acc[1][t] * scale;
                              act[size_t(t) * I + j] = g / (1.0f + expf(-g)) * u;
                            }
                          }
-                       });
+                       },
+                       q8);
 }
 
 }  // namespace
 
 void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
-                            int H, int I, const float* x, int n, float* act, int sms, cudaStream_t stream) {
-  const size_t smem = n == 1 ? size_t(H) * sizeof(float) : 0;
+                            int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
+                            cudaStream_t stream) {
   with_matrix_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
+    if (kQ8Inputs<W> && n > 1) quantize_inputs_q8(x, norm, n, H, q8, stream);
+    const size_t smem = n > 1 ? 0 : kQ8Inputs<W> ? stage_q8_bytes(H) : size_t(H) * sizeof(float);
     auto kernel = for_vec_tokens(n, [](auto nt) { return rmsnorm_gate_up_swiglu_kernel<W, decltype(nt)::value>; });
     const int split = gemv_split(I, H, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, I, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream,
-               RowMatrix<W>{static_cast<const W*>(w_gate_up), scale, H, kq_q6_from(w_gate_up, scale, 2 * I, 2 * I)}, norm, eps, I, x, n, act, split);
+               RowMatrix<W>{static_cast<const W*>(w_gate_up), scale, H, kq_q6_from(w_gate_up, scale, 2 * I, 2 * I)}, norm, eps, I, x, n, act, split,
+               Q8Inputs{q8.q, q8.d, H});
   });
 }
 

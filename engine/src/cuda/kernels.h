@@ -42,6 +42,17 @@ struct StepEnd {
   int32_t* verdict = nullptr;
 };
 
+// The inputs of a Q8_0 or K-quant matrix (dtype Q4_K on the device, kquant.cuh) quantized to
+// int8 per 32 values, as llama.cpp's q8_1: q [n, K] bytes, d [n, K / 32] floats, for
+// n <= kMaxVecTokens and K up to the widest input of the model's matrices (the backend
+// allocates them). A single token's norm-fused ops quantize in the kernel instead.
+struct Q8Scratch {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+};
+// kquant.cu — s = x[t, :] * g (g null: 1) quantized per 32 for t < n; K a multiple of 32.
+void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream);
+
 // embedding.cu — x[t, :] = embed[tokens[t], :]   embed: [V, H], x: [n, H]; `scale`: Q8_0's
 // block scales, a K-quant table's Q6_K rows (as matvec_residual_add's; the table is all Q4_K
 // or all Q6_K), else null
@@ -71,6 +82,7 @@ struct QkvRope {
   int hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
   float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
   float* v_cache = nullptr;
+  Q8Scratch q8;  // a Q8_0 or K-quant matrix's quantized inputs
 };
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
                              int sms, cudaStream_t stream);
@@ -96,13 +108,15 @@ void attention_decode(const DecodeAttention& a, const float* q, int n, const int
 // an F8_E4M3 matrix's f32 scale per row (model/fp8.h), a Q8_0 matrix's f16 block scales
 // ([rows, K / 32]; the matrix itself is then its int8 weights, [rows, K]: q8_0.cu), a K-quant
 // matrix's Q6_K rows (dtype Q4_K; the matrix itself is its Q4_K rows: kquant.cuh), else null.
+// `q8`: a Q8_0 or K-quant matrix's quantized inputs (here and below).
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
-                         float* x, int sms, cudaStream_t stream);
+                         float* x, const Q8Scratch& q8, int sms, cudaStream_t stream);
 
 // gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
 // u = ... . Wu[j]   w_gate_up: [2I, H], Wg its first I rows, Wu the rest; x: [n, H], act: [n, I]
 void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
-                            int H, int I, const float* x, int n, float* act, int sms, cudaStream_t stream);
+                            int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
+                            cudaStream_t stream);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first
 // on ties) for t < n   W: [V, H], x: [n, H], logits: [n, V]; then `end`.
@@ -116,6 +130,7 @@ struct LmHead {
   int hidden = 0, vocab = 0;
   float* partial = nullptr;
   int* counter = nullptr;
+  Q8Scratch q8;
 };
 int lm_head_blocks(int vocab, int sms);
 void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logits, const StepEnd& end,

@@ -45,7 +45,25 @@ __global__ void dequantize_kquant_kernel(const uint8_t* q4, const uint8_t* q6, i
     out[size_t(r) * K + k] = __float2bfloat16_rn(kq_weight(row, is_q6, K, k));
 }
 
+// grid (ceil(K / 256), n), 256 threads: warp w of block b quantizes the 32 values of token
+// blockIdx.y from 256 b + 32 w (q8_lane: llama.cpp's quantize_q8_1).
+__global__ void __launch_bounds__(256) quantize_inputs_q8_kernel(const float* x, const float* g, int K, int8_t* q,
+                                                                 float* d) {
+  pdl_wait();
+  pdl_trigger();
+  const int lane = threadIdx.x % kWarp, group = blockIdx.x * (256 / kWarp) + threadIdx.x / kWarp, t = blockIdx.y;
+  if (group * 32 >= K) return;
+  const int k = group * 32 + lane;
+  float scale;
+  q[size_t(t) * K + k] = q8_lane(g ? x[size_t(t) * K + k] * g[k] : x[size_t(t) * K + k], scale);
+  if (lane == 0) d[size_t(t) * (K / 32) + group] = scale;
+}
+
 }  // namespace
+
+void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream) {
+  launch_pdl(quantize_inputs_q8_kernel, dim3((K + 255) / 256, n), dim3(256), 0, stream, x, g, K, s.q, s.d);
+}
 
 void pack_kquant_rows(const void* blocks, bool q6, int rows, int K, void* out, cudaStream_t stream) {
   const size_t count = size_t(rows) * (K / kKBlock);

@@ -11,9 +11,9 @@
 //   Q6_K row (q6k_row_bytes): the low 4 bits (K / 2 bytes, as stored), the high 2 bits
 //     (K / 4), the int8 scales (K / 16), the f16 d (K / 128 bytes), padded to 16 bytes.
 // A lane reads a chunk of 16 bytes of 4-bit weights: 32 weights in two runs of 16
-// consecutive ones. Each weight becomes its exact f32 by a byte permute (2^23 + q) and one
-// subtraction; a run's 16 products are summed in f32 and scaled once (Q4_K also subtracts
-// its min times the run's sum of inputs).
+// consecutive ones. The inputs arrive quantized to int8 (Q8Inputs); a run's 16 products are
+// 4 dp4a on the weights' bytes, its sum scaled once (Q4_K also subtracts its min times the
+// run's sum of inputs).
 #include <cuda_fp16.h>
 
 #include <cstddef>
@@ -29,11 +29,6 @@ struct KQWeight {
 };
 template <class W> constexpr bool kIsKQ = std::is_same_v<W, KQWeight>;
 constexpr int kKBlock = 256;  // weights of a Q4_K or Q6_K block
-
-// 2^23 + byte j of `bytes`, as an f32 (exact).
-__device__ __forceinline__ float kq_biased(uint32_t bytes, int j) {
-  return __uint_as_float(__byte_perm(bytes, 0x4B000000u, 0x7540u + j));
-}
 
 // Byte k (0..11) of a Q4_K header's scales (the header's words y, z, w).
 __device__ __forceinline__ uint32_t q4k_scale_byte(const uint4& h, int k) {
@@ -74,69 +69,146 @@ __device__ __forceinline__ float kq_weight(const uint8_t* row, bool q6, int K, i
   return d * float(sc) * float(q - 32);
 }
 
-// The lanes reading one block's 8 chunks read their runs' inputs (4 float4 each) starting at
-// float4 `rot` of the run and wrapping: rot = (j / 2) % 4 for the chunk's index j in its block
-// (constant for a lane, as a lane's chunks are 32 apart). Each of the 8 lanes' float4 then falls
-// in a different quarter of the shared memory's banks; in order, the runs (offsets 0, 16, 64,
-// 80, ... floats in a block) put 4 lanes on one quarter (ncu: 11.7-way conflicts on average).
-__device__ __forceinline__ int kq_rotation(int c) { return (c >> 1) & 3; }
+// The inputs of a K-quant matrix-vector product, quantized once per op by quantize_inputs_q8
+// (kquant.cu) as llama.cpp quantizes them for its own K-quant kernels on the GPU (q8_1): token
+// t's value k is d[t * K / 32 + k / 32] * q[t * K + k], |q| <= 127, d = the 32 values' largest
+// magnitude / 127. A run of 16 weights then costs 4 dp4a and its input 16 bytes.
+struct Q8Inputs {
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+  int K = 0;
+};
 
-// Token t's 16 inputs of a run starting at k, times g when given: slot q holds float4
-// (q + rot) % 4 of the run.
-__device__ __forceinline__ void kq_inputs(const float* x, int ldx, int t, int k, const float* g, int rot,
-                                          float (&v)[16]) {
+// The 16 inputs of token t from k (a multiple of 16), their scale, and the sum of their q.
+struct Q8Run {
+  uint4 q;
+  float d;
+  int sum;
+};
+__device__ __forceinline__ Q8Run q8_run(const Q8Inputs& in, int t, int k) {
+  Q8Run r;  // generic loads: the inputs are in global memory, or (one token) shared
+  r.q = *reinterpret_cast<const uint4*>(in.q + size_t(t) * in.K + k);
+  r.d = in.d[size_t(t) * (in.K / 32) + k / 32];
+  r.sum = __dp4a(int(r.q.x), 0x01010101, __dp4a(int(r.q.y), 0x01010101,
+                 __dp4a(int(r.q.z), 0x01010101, __dp4a(int(r.q.w), 0x01010101, 0))));
+  return r;
+}
+// sum of w_i * q_i over a run: w's bytes (0..63, 4 a word) times the run's int8 inputs.
+__device__ __forceinline__ int run_dot(const uint32_t (&w)[4], const uint4& q) {
+  return __dp4a(int(w[3]), int(q.w), __dp4a(int(w[2]), int(q.z), __dp4a(int(w[1]), int(q.y), __dp4a(int(w[0]), int(q.x), 0))));
+}
+
+// The 6-bit scales (sc) and mins (m) of sub-blocks 2g and 2g + 1 of a Q4_K header (ggml's
+// get_scale_min_k4), without a branch on g: the 12 bytes hold sub-blocks 0-3 in the low 6 bits
+// of bytes 0-7 and 4-7 split between bytes 8-11 and the top bits of bytes 0-7.
+struct Q4KScales {
+  int sc_lo, m_lo, sc_hi, m_hi;
+};
+__device__ __forceinline__ Q4KScales q4k_scales(const uint4& h, int g) {
+  const bool high = g >= 2;
+  const uint32_t sc = high ? (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u) : h.y & 0x3F3F3F3Fu;
+  const uint32_t m = high ? ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u) : h.z & 0x3F3F3F3Fu;
+  const int at = 16 * (g & 1);
+  return {int((sc >> at) & 0xFF), int((m >> at) & 0xFF), int((sc >> (at + 8)) & 0xFF), int((m >> (at + 8)) & 0xFF)};
+}
+
+// acc[r][t] += row r . x[t] over chunk c of R Q4_K rows: qv[r] its 16 bytes of 4-bit weights,
+// hv[r] its block's header. A run's weights are d * sc * q - dmin * m, so its sum is
+// d_x * (d * sc * sum(q * q_x) - dmin * m * sum(q_x)); the integer products are exact in f32.
+template <int R, int NT>
+__device__ __forceinline__ void q4k_chunk(const uint4 (&qv)[R], const uint4 (&hv)[R], int c, const Q8Inputs& in,
+                                          int n, float (&acc)[R][NT]) {
+  const int j = c & 7, k_lo = (c >> 3) * kKBlock + (j >> 1) * 64 + (j & 1) * 16;  // high run: k_lo + 32
+  Q4KScales sm[R];
+  float2 dm[R];  // d, dmin
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int e = 4 * q, from = k + 4 * ((q + rot) & 3);
-    const float4 a = *reinterpret_cast<const float4*>(x + size_t(t) * ldx + from);
-    v[e] = a.x, v[e + 1] = a.y, v[e + 2] = a.z, v[e + 3] = a.w;
-    if (g) {
-      const float4 s = __ldg(reinterpret_cast<const float4*>(g + from));
-      v[e] *= s.x, v[e + 1] *= s.y, v[e + 2] *= s.z, v[e + 3] *= s.w;
+  for (int r = 0; r < R; ++r) {
+    sm[r] = q4k_scales(hv[r], j >> 1);
+    dm[r] = __half22float2(*reinterpret_cast<const __half2*>(&hv[r].x));
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t >= n) break;
+    const Q8Run xl = q8_run(in, t, k_lo), xh = q8_run(in, t, k_lo + 32);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint32_t w[4] = {qv[r].x, qv[r].y, qv[r].z, qv[r].w};
+      uint32_t lo[4], hi[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        lo[i] = w[i] & 0x0F0F0F0Fu;
+        hi[i] = (w[i] >> 4) & 0x0F0F0F0Fu;
+      }
+      const float dot = fmaf(xl.d, float(sm[r].sc_lo * run_dot(lo, xl.q)), xh.d * float(sm[r].sc_hi * run_dot(hi, xh.q)));
+      const float mins = fmaf(xl.d, float(sm[r].m_lo * xl.sum), xh.d * float(sm[r].m_hi * xh.sum));
+      acc[r][t] = fmaf(dm[r].x, dot, fmaf(-dm[r].y, mins, acc[r][t]));
     }
   }
 }
 
-// The words of v in kq_inputs' order: w[q] = word (q + rot) % 4 (two conditional rotations).
-__device__ __forceinline__ void kq_rotated_words(const uint4& v, int rot, uint32_t (&w)[4]) {
-  uint32_t a0 = v.x, a1 = v.y, a2 = v.z, a3 = v.w;
-  if (rot & 1) {
-    const uint32_t t = a0;
-    a0 = a1, a1 = a2, a2 = a3, a3 = t;
+// As q4k_chunk for R Q6_K rows: lv[r] the chunk's low 4 bits, hv[r] its high 2 bits, sc[r] the
+// 8 bytes of int8 scales and d2[r] the 4 bytes of f16 d (q6k_scales_at, q6k_d_at). A run's
+// weights are d * sc * (q - 32).
+template <int R, int NT>
+__device__ __forceinline__ void q6k_chunk(const uint4 (&lv)[R], const uint4 (&hv)[R], const uint2 (&sc)[R],
+                                          const uint32_t (&d2)[R], int c, const Q8Inputs& in, int n,
+                                          float (&acc)[R][NT]) {
+  const int j = c & 7, half = j >> 2, part = (j >> 1) & 1, l0 = (j & 1) * 16;
+  const int k_lo = (c >> 3) * kKBlock + half * 128 + part * 32 + l0;  // high nibbles: k_lo + 64
+  int sc_lo[R], sc_hi[R];
+  float d[R];
+  const int at = 8 * (c & 3);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    sc_lo[r] = int8_t(uint8_t(sc[r].x >> at));
+    sc_hi[r] = int8_t(uint8_t(sc[r].y >> at));
+    d[r] = __half2float(__ushort_as_half(uint16_t(d2[r] >> (16 * ((c >> 3) & 1)))));
   }
-  if (rot & 2) {
-    uint32_t t = a0;
-    a0 = a2, a2 = t;
-    t = a1;
-    a1 = a3, a3 = t;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t >= n) break;
+    const Q8Run xl = q8_run(in, t, k_lo), xh = q8_run(in, t, k_lo + 64);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint32_t l4[4] = {lv[r].x, lv[r].y, lv[r].z, lv[r].w}, h2[4] = {hv[r].x, hv[r].y, hv[r].z, hv[r].w};
+      uint32_t lo[4], hi[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        lo[i] = (l4[i] & 0x0F0F0F0Fu) | (((h2[i] >> (2 * part)) & 0x03030303u) << 4);
+        hi[i] = ((l4[i] >> 4) & 0x0F0F0F0Fu) | (((h2[i] >> (2 * part + 4)) & 0x03030303u) << 4);
+      }
+      const int p_lo = sc_lo[r] * (run_dot(lo, xl.q) - 32 * xl.sum), p_hi = sc_hi[r] * (run_dot(hi, xh.q) - 32 * xh.sum);
+      acc[r][t] = fmaf(d[r], fmaf(xl.d, float(p_lo), xh.d * float(p_hi)), acc[r][t]);
+    }
   }
-  w[0] = a0, w[1] = a1, w[2] = a2, w[3] = a3;
 }
 
-// sum_i (q_i - offset) * x[i] over the 16 values in the bytes of `q` (4 words, 4 bytes each).
-__device__ __forceinline__ float kq_run_dot(const uint32_t (&q)[4], float offset, const float (&x)[16]) {
-  const float bias = 8388608.0f + offset;  // 2^23
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) s = fmaf(kq_biased(q[i], j) - bias, x[4 * i + j], s);
-  return s;
+// Where chunk c's parts lie in a Q6_K row: its high bits (16 bytes of its block's 64, shared
+// by chunks j and j ^ 2), the 8 int8 scales from its block's 16 holding its two (bytes j % 4
+// and j % 4 + 4), the 4 bytes holding its block's f16 d (half c / 8 % 2).
+__device__ __forceinline__ size_t q6k_high_at(int K, int c) {
+  const int j = c & 7;
+  return size_t(K) / 2 + size_t(c >> 3) * 64 + (j >> 2) * 32 + (j & 1) * 16;
 }
-
-__device__ __forceinline__ float kq_sum16(const float (&x)[16]) {
-  float s = 0.0f;
-#pragma unroll
-  for (int e = 0; e < 16; ++e) s += x[e];
-  return s;
+__device__ __forceinline__ size_t q6k_scales_at(int K, int c) {
+  return size_t(K) / 2 + size_t(K) / 4 + size_t(c >> 3) * 16 + ((c & 7) >> 2) * 8;
+}
+__device__ __forceinline__ size_t q6k_d_at(int K, int c) {
+  return size_t(K) / 2 + size_t(K) / 4 + size_t(K) / 16 + size_t((c >> 3) & ~1) * 2;
 }
 
 // acc[r][t] += row r . x[t] over chunks [c_begin, c_end) of R Q4_K rows (layout above), as
-// warp_dot_rows (common.cuh) does for the other types; summed across the warp at the end.
+// warp_dot_rows (common.cuh) does for the other types; summed across the warp by the caller.
+// One token loads kKqUnroll chunks of each row before it uses them (RUNAHEAD_KQ_UNROLL at build
+// time, to measure another).
+#ifndef RUNAHEAD_KQ_UNROLL
+#define RUNAHEAD_KQ_UNROLL 2
+#endif
+constexpr int kKqUnroll = RUNAHEAD_KQ_UNROLL;
 template <int R, int NT>
 __device__ __forceinline__ void q4k_dot_rows(const uint8_t* const (&row)[R], int K, int c_begin, int c_end,
-                                             const float* x, int ldx, int n, const float* g, float (&acc)[R][NT]) {
-  constexpr int U = NT > 1 ? 1 : 2;
+                                             const Q8Inputs& in, int n, float (&acc)[R][NT]) {
+  constexpr int U = NT > 1 ? 1 : kKqUnroll;
   const int lane = threadIdx.x % 32;
   for (int c0 = c_begin + lane; c0 < c_end; c0 += 32 * U) {
     uint4 qv[U][R], hv[U][R];
@@ -152,35 +224,7 @@ __device__ __forceinline__ void q4k_dot_rows(const uint8_t* const (&row)[R], int
     for (int u = 0; u < U; ++u) {
       const int c = c0 + 32 * u;
       if (c >= c_end) break;
-      const int j = c & 7, k_lo = (c >> 3) * kKBlock + (j >> 1) * 64 + (j & 1) * 16;  // high run: k_lo + 32
-      const int rot = kq_rotation(c);
-      float a_lo[R], b_lo[R], a_hi[R], b_hi[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        q4k_sub_block(hv[u][r], (j >> 1) * 2, a_lo[r], b_lo[r]);
-        q4k_sub_block(hv[u][r], (j >> 1) * 2 + 1, a_hi[r], b_hi[r]);
-      }
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        if (t >= n) break;
-        float xl[16], xh[16];
-        kq_inputs(x, ldx, t, k_lo, g, rot, xl);
-        kq_inputs(x, ldx, t, k_lo + 32, g, rot, xh);
-        const float sum_lo = kq_sum16(xl), sum_hi = kq_sum16(xh);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          uint32_t w[4], lo[4], hi[4];
-          kq_rotated_words(qv[u][r], rot, w);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            lo[i] = w[i] & 0x0F0F0F0Fu;
-            hi[i] = (w[i] >> 4) & 0x0F0F0F0Fu;
-          }
-          float s = fmaf(a_lo[r], kq_run_dot(lo, 0.0f, xl), -b_lo[r] * sum_lo);
-          s = fmaf(a_hi[r], kq_run_dot(hi, 0.0f, xh), fmaf(-b_hi[r], sum_hi, s));
-          acc[r][t] += s;
-        }
-      }
+      q4k_chunk<R, NT>(qv[u], hv[u], c, in, n, acc);
     }
   }
 }
@@ -188,55 +232,29 @@ __device__ __forceinline__ void q4k_dot_rows(const uint8_t* const (&row)[R], int
 // As q4k_dot_rows for R Q6_K rows.
 template <int R, int NT>
 __device__ __forceinline__ void q6k_dot_rows(const uint8_t* const (&row)[R], int K, int c_begin, int c_end,
-                                             const float* x, int ldx, int n, const float* g, float (&acc)[R][NT]) {
-  constexpr int U = NT > 1 ? 1 : 2;
+                                             const Q8Inputs& in, int n, float (&acc)[R][NT]) {
+  constexpr int U = NT > 1 ? 1 : kKqUnroll;
   const int lane = threadIdx.x % 32;
   for (int c0 = c_begin + lane; c0 < c_end; c0 += 32 * U) {
     uint4 lv[U][R], hv[U][R];
+    uint2 sc[U][R];
+    uint32_t d2[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const int c = c0 + 32 * u, j = c & 7;
-        // The high bits of a chunk's weights: 16 bytes of its block's 64, shared by chunks j and j ^ 2.
-        const size_t high = size_t(K) / 2 + size_t(c >> 3) * 64 + (j >> 2) * 32 + (j & 1) * 16;
-        lv[u][r] = c < c_end ? load_stream(row[r] + size_t(c) * 16) : make_uint4(0, 0, 0, 0);
-        hv[u][r] = c < c_end ? __ldg(reinterpret_cast<const uint4*>(row[r] + high)) : make_uint4(0, 0, 0, 0);
+        const int c = c0 + 32 * u;
+        const bool in_range = c < c_end;
+        lv[u][r] = in_range ? load_stream(row[r] + size_t(c) * 16) : make_uint4(0, 0, 0, 0);
+        hv[u][r] = in_range ? __ldg(reinterpret_cast<const uint4*>(row[r] + q6k_high_at(K, c))) : make_uint4(0, 0, 0, 0);
+        sc[u][r] = in_range ? __ldg(reinterpret_cast<const uint2*>(row[r] + q6k_scales_at(K, c))) : make_uint2(0, 0);
+        d2[u][r] = in_range ? __ldg(reinterpret_cast<const uint32_t*>(row[r] + q6k_d_at(K, c))) : 0u;
       }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + 32 * u;
       if (c >= c_end) break;
-      const int j = c & 7, half = j >> 2, part = (j >> 1) & 1, l0 = (j & 1) * 16;
-      const int blk = c >> 3, k_lo = blk * kKBlock + half * 128 + part * 32 + l0;  // high nibbles: k_lo + 64
-      const int rot = kq_rotation(c);
-      float s_lo[R], s_hi[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int8_t* sc = reinterpret_cast<const int8_t*>(row[r] + K / 2 + K / 4) + blk * 16 + half * 8 + part * 2 + l0 / 16;
-        const float d = __half2float(__ldg(reinterpret_cast<const __half*>(row[r] + K / 2 + K / 4 + K / 16) + blk));
-        s_lo[r] = d * float(__ldg(sc));
-        s_hi[r] = d * float(__ldg(sc + 4));
-      }
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        if (t >= n) break;
-        float xl[16], xh[16];
-        kq_inputs(x, ldx, t, k_lo, g, rot, xl);
-        kq_inputs(x, ldx, t, k_lo + 64, g, rot, xh);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          uint32_t l4[4], h2[4], lo[4], hi[4];
-          kq_rotated_words(lv[u][r], rot, l4);
-          kq_rotated_words(hv[u][r], rot, h2);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            lo[i] = (l4[i] & 0x0F0F0F0Fu) | (((h2[i] >> (2 * part)) & 0x03030303u) << 4);
-            hi[i] = ((l4[i] >> 4) & 0x0F0F0F0Fu) | (((h2[i] >> (2 * part + 4)) & 0x03030303u) << 4);
-          }
-          acc[r][t] += fmaf(s_lo[r], kq_run_dot(lo, 32.0f, xl), s_hi[r] * kq_run_dot(hi, 32.0f, xh));
-        }
-      }
+      q6k_chunk<R, NT>(lv[u], hv[u], sc[u], d2[u], c, in, n, acc);
     }
   }
 }

@@ -10,7 +10,7 @@ namespace {
 template <class W, int NT>
 __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_residual_add_kernel(RowMatrix<W> w, int rows,
                                                                           const float* in, int n, float* x,
-                                                                          int split) {
+                                                                          int split, Q8Inputs q8) {
   __shared__ float red[kGemvWarps * 2 * NT];
   const int units = rows / 2;
   auto rows_of = [&](int u, int (&pair)[2]) {
@@ -30,20 +30,21 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_
         *out = make_float2(old.x + acc[0][t], old.y + acc[1][t]);
       }
     }
-  });
+  }, q8);
 }
 
 }  // namespace
 
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
-                         float* x, int sms, cudaStream_t stream) {
+                         float* x, const Q8Scratch& q8, int sms, cudaStream_t stream) {
   with_matrix_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
+    if constexpr (kQ8Inputs<W>) quantize_inputs_q8(in, nullptr, n, K, q8, stream);
     auto kernel = for_vec_tokens(n, [](auto nt) { return matvec_residual_add_kernel<W, decltype(nt)::value>; });
     const int split = gemv_split(rows / 2, K, sms, blocks_per_sm(kernel, kGemvThreads, 0));
     const int blocks = resident_blocks(kernel, kGemvThreads, 0, rows / 2, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), 0, stream, RowMatrix<W>{static_cast<const W*>(w), scale, K, kq_q6_from(w, scale, rows, rows)},
-               rows, in, n, x, split);
+               rows, in, n, x, split, Q8Inputs{q8.q, q8.d, K});
   });
 }
 

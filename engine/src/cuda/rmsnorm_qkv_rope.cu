@@ -74,15 +74,19 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
-  if (NT == 1) stage_normed(x, inv[0], a.norm, H, staged);
+  constexpr bool kStaged = NT == 1 && !kQ8Inputs<W>;  // Q8_0 and K-quant matrices read q8 (times norm) instead
+  if (kStaged) stage_normed(x, inv[0], a.norm, H, staged);
+  // One token: its inputs quantized here, as quantize_inputs_q8 would.
+  Q8Inputs q8{a.q8.q, a.q8.d, H};
+  if constexpr (NT == 1 && kQ8Inputs<W>) q8 = stage_q8(x, a.norm, H, staged);
   const int p0 = *pos;
-  block_gemv<W, 2, NT>(w, units, split, NT == 1 ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
+  block_gemv<W, 2, NT>(w, units, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
                        [&](int u, float (&acc)[2][NT]) {
                          const RowPair r = row_pair(u, q_dim, kv_dim, a.head_dim);
                          const int lane = threadIdx.x % kWarp;
 #pragma unroll
                          for (int t = 0; t < NT; ++t) {
-                           const float scale = NT == 1 ? 1.0f : inv[t];
+                           const float scale = kStaged ? 1.0f : inv[t];
                            if (t >= n || lane != t) continue;
                            if constexpr (kRaw) {
                              float* row = a.qkv + size_t(t) * (q_dim + 2 * kv_dim);
@@ -92,7 +96,8 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
                              rope_and_store(a, r, acc[0][t] * scale, acc[1][t] * scale, t, p0 + t, q_out);
                            }
                          }
-                       });
+                       },
+                       q8);
 }
 
 // Prefill: the projection came from the tensor-core GEMM; one thread per row pair and token.
@@ -147,10 +152,11 @@ __global__ void __launch_bounds__(kNormWarps * kWarp) bias_qk_norm_rope_append_k
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out, int sms,
                              cudaStream_t stream) {
   const int units = (a.heads + 2 * a.kv_heads) * a.head_dim / 2;
-  const size_t smem = n == 1 ? size_t(a.hidden) * sizeof(float) : 0;
   const bool raw = a.q_norm != nullptr;
   with_matrix_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
+    if (kQ8Inputs<W> && n > 1) quantize_inputs_q8(x, a.norm, n, a.hidden, a.q8, stream);
+    const size_t smem = n > 1 ? 0 : kQ8Inputs<W> ? stage_q8_bytes(a.hidden) : size_t(a.hidden) * sizeof(float);
     auto kernel = for_vec_tokens(n, [raw](auto nt) {
       constexpr int NT = decltype(nt)::value;
       return raw ? rmsnorm_qkv_rope_append_kernel<W, NT, true> : rmsnorm_qkv_rope_append_kernel<W, NT, false>;

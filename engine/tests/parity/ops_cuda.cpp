@@ -90,6 +90,12 @@ DeviceMatrix device_matrix(std::initializer_list<const Tensor*> parts) {
   return m;
 }
 const void* scale_of(const DeviceMatrix& m) { return m.scale ? m.scale->get() : nullptr; }
+// Room for the int8 inputs of n tokens of K values (a Q8_0 matrix reads them).
+struct Q8Room {
+  std::shared_ptr<DeviceBuffer> q, d;
+  Q8Scratch get() const { return Q8Scratch{q->get<int8_t>(), d->get<float>()}; }
+};
+Q8Room q8_room(int n, int K) { return Q8Room{zeros(size_t(n) * K), zeros(size_t(n) * (K / 32) * 4)}; }
 // The bf16 matrix a prefill GEMM reads: Q8_0 widened on the device, as the backend's prefill does.
 std::shared_ptr<DeviceBuffer> prefill_bf16(const DeviceMatrix& m) {
   if (m.dtype != DType::Q8_0) return m.w;
@@ -138,6 +144,8 @@ Run cuda_rmsnorm_lm_head(const Tensor& w, const Tensor& norm, const std::vector<
     a.vocab = V;
     a.partial = partial->get<float>();
     a.counter = counter->get<int>();
+    const Q8Room room = q8_room(n, H);
+    a.q8 = room.get();
     rmsnorm_lm_head_argmax(a, xd->get<float>(), n, logits->get<float>(), StepEnd{}, kSms, nullptr);
     return down(*logits, size_t(n) * V);
   };
@@ -224,8 +232,8 @@ Run cuda_matmul_residual(const Tensor& w, const std::vector<float>& in, const st
     const DeviceMatrix wd = device_matrix({&w});
     auto ind = up(in), xd = up(x);
     if (n <= kMaxVecTokens) {
-      matvec_residual_add(wd.w->get(), wd.dtype, scale_of(wd), rows, K, ind->get<float>(), n, xd->get<float>(), kSms,
-                          nullptr);
+      matvec_residual_add(wd.w->get(), wd.dtype, scale_of(wd), rows, K, ind->get<float>(), n, xd->get<float>(),
+                          q8_room(n, K).get(), kSms, nullptr);
     } else {  // as the prefill: the input to bf16, then x += in W^T on tensor cores
       auto h = zeros(size_t(n) * K * 2);
       to_bf16(ind->get<float>(), size_t(n) * K, h->get(), nullptr);
@@ -249,7 +257,7 @@ Run cuda_rmsnorm_gate_up_swiglu(const LayerWeights& l, const std::vector<float>&
     }
     auto act = zeros(size_t(n) * I * 4);
     rmsnorm_gate_up_swiglu(gu_w.w->get(), gu_w.dtype, scale_of(gu_w), norm->get<float>(), 1e-6f, H, I,
-                           xd->get<float>(), n, act->get<float>(), kSms, nullptr);
+                           xd->get<float>(), n, act->get<float>(), q8_room(n, H).get(), kSms, nullptr);
     return down(*act, size_t(n) * I);
   };
 }

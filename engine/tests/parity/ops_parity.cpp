@@ -399,9 +399,10 @@ void add_step_end_cases(Context& ctx, std::vector<Case>& cases) {
 
 // The ops that read weight matrices, on block-quantized weights (Q8_0, Q4_K, Q6_K): the CPU's
 // block kernels quantize the activations to int8 (per 32 for Q8_0, per 256 for the K-quants, as
-// llama.cpp does), so their tolerance is 2e-2 (0.1-1.0 % seen); CUDA reads Q8_0 as stored with
-// exact f32 products up to 17 tokens and widens every format to bf16 beyond, and widens the
-// K-quants to bf16 for every n (cuda/q8_0.cu, cuda_backend.cpp).
+// llama.cpp does), so their tolerance is 2e-2 (0.1-1.0 % seen); CUDA reads Q8_0 as stored up
+// to 17 tokens, on inputs quantized to int8 per 32 (as llama.cpp's GPU kernels: the same
+// tolerance), and widens every format to bf16 beyond; here it widens the K-quants to bf16 for
+// every n (their kernels on int8 inputs are checked in test_cuda_kquant.cpp).
 void add_quantized_cases(Context& ctx, std::vector<Case>& cases) {
   std::mt19937 rng(17);
   for (const QuantType type : {QuantType::Q8_0, QuantType::Q4_K, QuantType::Q6_K})
@@ -409,7 +410,7 @@ void add_quantized_cases(Context& ctx, std::vector<Case>& cases) {
       for (int n : {1, 5, 13, 70}) {
         const std::string fmt = quant_format(type).name;
         const std::string shape = "W " + std::to_string(rows) + "x" + std::to_string(K) + " n " + std::to_string(n);
-        const double cpu_tol = 2e-2, cuda_tol = type == QuantType::Q8_0 && n <= 17 ? 2e-5 : 1e-2;
+        const double cpu_tol = 2e-2, cuda_tol = type == QuantType::Q8_0 && n <= 17 ? 2e-2 : 1e-2;
         {
           Case c = matmul_case(ctx, std::make_shared<QuantWeight>(random_quantized(type, rows, K, 0.1f, rng)), n, rng);
           c.op = "matmul_residual " + fmt;
