@@ -77,8 +77,13 @@ describe('Runahead UX in a real editor (walkthrough, snooze, per-language, error
     const status = await wb.waitForStatus(/ms\/tok/, 30_000);
     log(`ghost text ${JSON.stringify(first)}; status ${JSON.stringify(status)}; spoken ${JSON.stringify(await statusLabel())}`);
     const shot = await wb.screenshot('ghost-text-and-status');
-    // The README's picture: one small PNG.
-    execFileSync('convert', [shot, '-resize', '960x', '-colors', '64', '-strip', join(repoRoot, 'media', 'screenshot.png')]);
+    // The README's picture: one small PNG, where ImageMagick is installed (the picture is not
+    // what this test checks, so a machine without it keeps the committed one).
+    try {
+      execFileSync('convert', [shot, '-resize', '960x', '-colors', '64', '-strip', join(repoRoot, 'media', 'screenshot.png')], { stdio: 'pipe' });
+    } catch (e) {
+      log(`README picture not refreshed: convert failed (${String(e.stderr ?? e.message).trim().split('\n')[0]})`);
+    }
     await wb.page.keyboard.press('Alt+]');
     const shown = (g) => `${g.inline}\n${g.block}`;
     const second = await wb.page
