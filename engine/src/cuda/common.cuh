@@ -400,9 +400,7 @@ __device__ __forceinline__ void q8_0_dot_rows(const Q8Weight* const (&w)[R], con
         const float xd = in.d[size_t(t) * (in.K / 32) + c / 2];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const int dot = __dp4a(int(wv[u][r].w), int(x.w), __dp4a(int(wv[u][r].z), int(x.z),
-                          __dp4a(int(wv[u][r].y), int(x.y), __dp4a(int(wv[u][r].x), int(x.x), 0))));
-          acc[r][t] = fmaf(scale[u][r] * xd, float(dot), acc[r][t]);
+          acc[r][t] = fmaf(scale[u][r] * xd, float(run_dot(wv[u][r], x)), acc[r][t]);
         }
       }
     }
@@ -598,6 +596,27 @@ constexpr size_t stage_q8_bytes(int K) { return size_t(K) + size_t(stage_q8_scal
 __device__ __forceinline__ void stage_normed(const float* x, float inv, const float* g, int K, float* h) {
   for (int k = threadIdx.x; k < K; k += blockDim.x) h[k] = x[k] * inv * g[k];
   __syncthreads();
+}
+
+// The inputs of a norm-fused op (rmsnorm(x) * norm times a matrix of W). One token stages them
+// in shared memory: x * inv * norm for the dense types and fp8 (kStagesNormed: the sums need no
+// scale), x * norm quantized for Q8_0 and the K-quants (stage_q8; inv then scales the sums, as
+// it does for several tokens). Returns the int8 inputs the dot products read: staged, or q8 as
+// given (several tokens: quantized by prepare_norm_inputs).
+template <class W, int NT> constexpr bool kStagesNormed = NT == 1 && !kQ8Inputs<W>;
+template <class W, int NT>
+__device__ __forceinline__ Q8Inputs stage_norm_inputs(const float* x, float inv, const float* norm, int H,
+                                                      float* staged, Q8Inputs q8) {
+  if constexpr (NT == 1 && kQ8Inputs<W>) return stage_q8(x, norm, H, staged);
+  if constexpr (kStagesNormed<W, NT>) stage_normed(x, inv, norm, H, staged);
+  return q8;
+}
+// Host side, before a norm-fused op of n tokens: several tokens' inputs of a Q8_0 or K-quant
+// matrix quantized into q8; returns the shared memory its kernel stages one token in.
+template <class W>
+size_t prepare_norm_inputs(const float* x, const float* norm, int n, int H, const Q8Scratch& q8, cudaStream_t stream) {
+  if (kQ8Inputs<W> && n > 1) quantize_inputs_q8(x, norm, n, H, q8, stream);
+  return n > 1 ? 0 : kQ8Inputs<W> ? stage_q8_bytes(H) : size_t(H) * sizeof(float);
 }
 
 // inv[t] = 1 / sqrt(mean(x[t, :]^2) + eps) for t < n <= NT, x: [n, H]; every thread of the

@@ -587,8 +587,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // The prefill GEMM's output; with q/k norms also the vector path's projection before them.
     if (prefill_on_tensor_cores() || qk_norm())
       qkv_ = DeviceBuffer(size_t(prefill_on_tensor_cores() ? rows : kMaxVecTokens) * qkv_rows * 4);
-    const auto q8_inputs = [](DType t) { return t == DType::Q4_K || t == DType::Q8_0; };
-    if (q8_inputs(layer_dtype_) || q8_inputs(head_dtype_)) {
+    const auto reads_int8 = [](DType t) { return t == DType::Q4_K || t == DType::Q8_0; };
+    if (reads_int8(layer_dtype_) || reads_int8(head_dtype_)) {
       const size_t widest = std::max({H, qd, I});
       q8_q_ = DeviceBuffer(size_t(kMaxVecTokens) * widest);
       q8_d_ = DeviceBuffer(size_t(kMaxVecTokens) * (widest / 32) * sizeof(float));

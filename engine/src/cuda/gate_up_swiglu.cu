@@ -24,10 +24,8 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, eps, scratch, inv);
-  constexpr bool kStaged = NT == 1 && !kQ8Inputs<W>;  // Q8_0 and K-quant matrices read q8 (times norm) instead
-  if (kStaged) stage_normed(x, inv[0], norm, H, staged);
-  // One token: its inputs quantized here, as quantize_inputs_q8 would.
-  if constexpr (NT == 1 && kQ8Inputs<W>) q8 = stage_q8(x, norm, H, staged);
+  constexpr bool kStaged = kStagesNormed<W, NT>;
+  q8 = stage_norm_inputs<W, NT>(x, inv[0], norm, H, staged, q8);
   block_gemv<W, 2, NT>(w, I, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : norm, red, rows_of,
                        [&](int j, float (&acc)[2][NT]) {
                          const int lane = threadIdx.x % kWarp;
@@ -50,8 +48,7 @@ void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
                             cudaStream_t stream) {
   with_matrix_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
-    if (kQ8Inputs<W> && n > 1) quantize_inputs_q8(x, norm, n, H, q8, stream);
-    const size_t smem = n > 1 ? 0 : kQ8Inputs<W> ? stage_q8_bytes(H) : size_t(H) * sizeof(float);
+    const size_t smem = prepare_norm_inputs<W>(x, norm, n, H, q8, stream);
     auto kernel = for_vec_tokens(n, [](auto nt) { return rmsnorm_gate_up_swiglu_kernel<W, decltype(nt)::value>; });
     const int split = gemv_split(I, H, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, I, kGemvWarps / split, sms);

@@ -69,8 +69,9 @@ __device__ __forceinline__ float kq_weight(const uint8_t* row, bool q6, int K, i
   return d * float(sc) * float(q - 32);
 }
 
-// The inputs of a K-quant matrix-vector product, quantized once per op by quantize_inputs_q8
-// (kquant.cu) as llama.cpp quantizes them for its own K-quant kernels on the GPU (q8_1): token
+// The inputs of a Q8_0 or K-quant matrix-vector product, quantized once per op by
+// quantize_inputs_q8 (kquant.cu) or stage_q8 (common.cuh) as llama.cpp quantizes them for its
+// own kernels on the GPU (q8_1): token
 // t's value k is d[t * K / 32 + k / 32] * q[t * K + k], |q| <= 127, d = the 32 values' largest
 // magnitude / 127. A run of 16 weights then costs 4 dp4a and its input 16 bytes.
 struct Q8Inputs {
@@ -78,6 +79,11 @@ struct Q8Inputs {
   const float* d = nullptr;
   int K = 0;
 };
+
+// sum_i w_i * q_i over 16 bytes: w's (int8; the K-quants' unsigned 0..63 fit) times q's.
+__device__ __forceinline__ int run_dot(const uint4& w, const uint4& q) {
+  return __dp4a(int(w.w), int(q.w), __dp4a(int(w.z), int(q.z), __dp4a(int(w.y), int(q.y), __dp4a(int(w.x), int(q.x), 0))));
+}
 
 // The 16 inputs of token t from k (a multiple of 16), their scale, and the sum of their q.
 struct Q8Run {
@@ -89,13 +95,8 @@ __device__ __forceinline__ Q8Run q8_run(const Q8Inputs& in, int t, int k) {
   Q8Run r;  // generic loads: the inputs are in global memory, or (one token) shared
   r.q = *reinterpret_cast<const uint4*>(in.q + size_t(t) * in.K + k);
   r.d = in.d[size_t(t) * (in.K / 32) + k / 32];
-  r.sum = __dp4a(int(r.q.x), 0x01010101, __dp4a(int(r.q.y), 0x01010101,
-                 __dp4a(int(r.q.z), 0x01010101, __dp4a(int(r.q.w), 0x01010101, 0))));
+  r.sum = run_dot(make_uint4(0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u), r.q);
   return r;
-}
-// sum of w_i * q_i over a run: w's bytes (0..63, 4 a word) times the run's int8 inputs.
-__device__ __forceinline__ int run_dot(const uint32_t (&w)[4], const uint4& q) {
-  return __dp4a(int(w[3]), int(q.w), __dp4a(int(w[2]), int(q.z), __dp4a(int(w[1]), int(q.y), __dp4a(int(w[0]), int(q.x), 0))));
 }
 
 // The 6-bit scales (sc) and mins (m) of sub-blocks 2g and 2g + 1 of a Q4_K header (ggml's
@@ -132,13 +133,10 @@ __device__ __forceinline__ void q4k_chunk(const uint4 (&qv)[R], const uint4 (&hv
     const Q8Run xl = q8_run(in, t, k_lo), xh = q8_run(in, t, k_lo + 32);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const uint32_t w[4] = {qv[r].x, qv[r].y, qv[r].z, qv[r].w};
-      uint32_t lo[4], hi[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        lo[i] = w[i] & 0x0F0F0F0Fu;
-        hi[i] = (w[i] >> 4) & 0x0F0F0F0Fu;
-      }
+      const uint4 w = qv[r];
+      const uint4 lo = make_uint4(w.x & 0x0F0F0F0Fu, w.y & 0x0F0F0F0Fu, w.z & 0x0F0F0F0Fu, w.w & 0x0F0F0F0Fu);
+      const uint4 hi = make_uint4((w.x >> 4) & 0x0F0F0F0Fu, (w.y >> 4) & 0x0F0F0F0Fu, (w.z >> 4) & 0x0F0F0F0Fu,
+                                  (w.w >> 4) & 0x0F0F0F0Fu);
       const float dot = fmaf(xl.d, float(sm[r].sc_lo * run_dot(lo, xl.q)), xh.d * float(sm[r].sc_hi * run_dot(hi, xh.q)));
       const float mins = fmaf(xl.d, float(sm[r].m_lo * xl.sum), xh.d * float(sm[r].m_hi * xh.sum));
       acc[r][t] = fmaf(dm[r].x, dot, fmaf(-dm[r].y, mins, acc[r][t]));
@@ -177,7 +175,8 @@ __device__ __forceinline__ void q6k_chunk(const uint4 (&lv)[R], const uint4 (&hv
         lo[i] = (l4[i] & 0x0F0F0F0Fu) | (((h2[i] >> (2 * part)) & 0x03030303u) << 4);
         hi[i] = ((l4[i] >> 4) & 0x0F0F0F0Fu) | (((h2[i] >> (2 * part + 4)) & 0x03030303u) << 4);
       }
-      const int p_lo = sc_lo[r] * (run_dot(lo, xl.q) - 32 * xl.sum), p_hi = sc_hi[r] * (run_dot(hi, xh.q) - 32 * xh.sum);
+      const uint4 lo4 = make_uint4(lo[0], lo[1], lo[2], lo[3]), hi4 = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      const int p_lo = sc_lo[r] * (run_dot(lo4, xl.q) - 32 * xl.sum), p_hi = sc_hi[r] * (run_dot(hi4, xh.q) - 32 * xh.sum);
       acc[r][t] = fmaf(d[r], fmaf(xl.d, float(p_lo), xh.d * float(p_hi)), acc[r][t]);
     }
   }

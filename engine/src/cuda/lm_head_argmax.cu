@@ -38,11 +38,8 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
-  constexpr bool kStaged = NT == 1 && !kQ8Inputs<W>;  // Q8_0 and K-quant matrices read q8 (times norm) instead
-  if (kStaged) stage_normed(x, inv[0], a.norm, H, staged);
-  // One token: its inputs quantized here, as quantize_inputs_q8 would.
-  Q8Inputs q8{a.q8.q, a.q8.d, H};
-  if constexpr (NT == 1 && kQ8Inputs<W>) q8 = stage_q8(x, a.norm, H, staged);
+  constexpr bool kStaged = kStagesNormed<W, NT>;
+  const Q8Inputs q8 = stage_norm_inputs<W, NT>(x, inv[0], a.norm, H, staged, Q8Inputs{a.q8.q, a.q8.d, H});
   float my_v = -INFINITY;  // lane t keeps token t's best
   int my_i = 0x7fffffff;
   block_gemv<W, 2, NT>(w, units, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
@@ -112,9 +109,8 @@ void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logit
                             cudaStream_t stream) {
   with_matrix_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
-    if (kQ8Inputs<W> && n > 1) quantize_inputs_q8(x, a.norm, n, a.hidden, a.q8, stream);
+    const size_t smem = prepare_norm_inputs<W>(x, a.norm, n, a.hidden, a.q8, stream);
     auto kernel = for_vec_tokens(n, [](auto nt) { return rmsnorm_lm_head_argmax_kernel<W, decltype(nt)::value>; });
-    const size_t smem = n > 1 ? 0 : kQ8Inputs<W> ? stage_q8_bytes(a.hidden) : size_t(a.hidden) * sizeof(float);
     const int units = a.vocab / 2, split = gemv_split(units, a.hidden, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, units, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, a, x, n, logits, end, split);

@@ -74,11 +74,8 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   pdl_wait();
   pdl_trigger();
   block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
-  constexpr bool kStaged = NT == 1 && !kQ8Inputs<W>;  // Q8_0 and K-quant matrices read q8 (times norm) instead
-  if (kStaged) stage_normed(x, inv[0], a.norm, H, staged);
-  // One token: its inputs quantized here, as quantize_inputs_q8 would.
-  Q8Inputs q8{a.q8.q, a.q8.d, H};
-  if constexpr (NT == 1 && kQ8Inputs<W>) q8 = stage_q8(x, a.norm, H, staged);
+  constexpr bool kStaged = kStagesNormed<W, NT>;
+  const Q8Inputs q8 = stage_norm_inputs<W, NT>(x, inv[0], a.norm, H, staged, Q8Inputs{a.q8.q, a.q8.d, H});
   const int p0 = *pos;
   block_gemv<W, 2, NT>(w, units, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
                        [&](int u, float (&acc)[2][NT]) {
@@ -155,8 +152,7 @@ void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int*
   const bool raw = a.q_norm != nullptr;
   with_matrix_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
-    if (kQ8Inputs<W> && n > 1) quantize_inputs_q8(x, a.norm, n, a.hidden, a.q8, stream);
-    const size_t smem = n > 1 ? 0 : kQ8Inputs<W> ? stage_q8_bytes(a.hidden) : size_t(a.hidden) * sizeof(float);
+    const size_t smem = prepare_norm_inputs<W>(x, a.norm, n, a.hidden, a.q8, stream);
     auto kernel = for_vec_tokens(n, [raw](auto nt) {
       constexpr int NT = decltype(nt)::value;
       return raw ? rmsnorm_qkv_rope_append_kernel<W, NT, true> : rmsnorm_qkv_rope_append_kernel<W, NT, false>;
