@@ -27,8 +27,10 @@ __device__ __forceinline__ float block_reduce(float v, bool is_max, float* red) 
 
 // grid (splits, heads, n); block kThreads. Partial of split s: [m, l, acc[head_dim]] with
 // m the largest raw score, l = sum exp((s - m) * scale), acc = sum exp(...) v. Every load
-// of a block is independent of the others, so a block costs a few memory latencies:
-// one thread per position for the scores, (column, position group) threads for P V.
+// of a block is independent of the others, so a block costs a few memory latencies: a
+// position's key and value rows are read by head_dim / 4 lanes, a float4 each (q in
+// registers), kBatch positions per lane in flight.
+constexpr int kBatch = 8;
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttention a, const float* q,
                                                                    const int* pos, float* out) {
   extern __shared__ float smem[];
@@ -42,49 +44,59 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   const int len = *pos + t + 1;
   const int chunk = (len + S - 1) / S;
   const int begin = min(len, split * chunk), end = min(len, begin + chunk), count = end - begin;
-  float* qs = smem;                                   // [hd]
-  float* sums = qs + hd;                              // [kThreads * 4]: P V per position group
-  float* scores = sums + kThreads * 4;                // [chunk]
-  for (int d = threadIdx.x; d < hd; d += kThreads) qs[d] = q[(size_t(t) * a.heads + h) * hd + d];
-  __syncthreads();
-
-  const float* K = a.k_cache + size_t(kv) * hd;
-  const float* V = a.v_cache + size_t(kv) * hd;
-  float m = -INFINITY;
-  for (int i = threadIdx.x; i < count; i += kThreads) {
-    const float4* k = reinterpret_cast<const float4*>(K + size_t(begin + i) * kv_dim);
-    float dot = 0.0f;
-#pragma unroll 8
-    for (int e = 0; e < hd / 4; ++e) {
-      const float4 kv4 = k[e];
-      dot = fmaf(qs[4 * e], kv4.x, dot);
-      dot = fmaf(qs[4 * e + 1], kv4.y, dot);
-      dot = fmaf(qs[4 * e + 2], kv4.z, dot);
-      dot = fmaf(qs[4 * e + 3], kv4.w, dot);
+  float* sums = smem;                    // [kThreads * 4]: P V per position group
+  float* scores = sums + kThreads * 4;   // [chunk]
+  // Lanes of a position: cols (a power of two dividing 32), each a float4 column; `groups`
+  // positions at a time across the block.
+  const int cols = hd / 4, groups = kThreads / cols, col = threadIdx.x % cols, group = threadIdx.x / cols;
+  const float4 q4 = reinterpret_cast<const float4*>(q + (size_t(t) * a.heads + h) * hd)[col];
+  const float4* K = reinterpret_cast<const float4*>(a.k_cache + size_t(begin) * kv_dim + size_t(kv) * hd);
+  const float4* V = reinterpret_cast<const float4*>(a.v_cache + size_t(begin) * kv_dim + size_t(kv) * hd);
+  const int row4 = kv_dim / 4;
+  const auto load = [&](const float4* rows, int i0, float4 (&r)[kBatch]) {
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * groups;
+      r[b] = i < count ? rows[size_t(i) * row4 + col] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    scores[i] = dot;
-    m = fmaxf(m, dot);
+  };
+  float m = -INFINITY;
+  // Every lane of a warp runs the same iterations (the shuffles need the whole warp).
+  for (int i0 = group; i0 - group < count; i0 += kBatch * groups) {
+    float4 k[kBatch];
+    load(K, i0, k);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      float dot = fmaf(q4.x, k[b].x, fmaf(q4.y, k[b].y, fmaf(q4.z, k[b].z, q4.w * k[b].w)));
+      for (int o = cols / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      const int i = i0 + b * groups;
+      if (i < count) {
+        if (col == 0) scores[i] = dot;
+        m = fmaxf(m, dot);
+      }
+    }
   }
-  m = block_reduce(m, true, red);
+  m = block_reduce(m, true, red);  // its barriers also publish scores[]
   float l = 0.0f;
   for (int i = threadIdx.x; i < count; i += kThreads) {
     const float e = expf((scores[i] - m) * scale);
     scores[i] = e;
     l += e;
   }
-  l = block_reduce(l, false, red);  // its barriers also publish scores[]
+  l = block_reduce(l, false, red);  // and the weights
 
-  const int cols = hd / 4, groups = kThreads / cols, col = threadIdx.x % cols, group = threadIdx.x / cols;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (group < groups) {
-#pragma unroll 4
-    for (int i = group; i < count; i += groups) {
-      const float p = scores[i];
-      const float4 v = reinterpret_cast<const float4*>(V + size_t(begin + i) * kv_dim)[col];
-      acc.x = fmaf(p, v.x, acc.x), acc.y = fmaf(p, v.y, acc.y), acc.z = fmaf(p, v.z, acc.z), acc.w = fmaf(p, v.w, acc.w);
+  for (int i0 = group; i0 < count; i0 += kBatch * groups) {
+    float4 v[kBatch];
+    load(V, i0, v);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * groups;
+      const float p = i < count ? scores[i] : 0.0f;
+      acc.x = fmaf(p, v[b].x, acc.x), acc.y = fmaf(p, v[b].y, acc.y), acc.z = fmaf(p, v[b].z, acc.z), acc.w = fmaf(p, v[b].w, acc.w);
     }
-    reinterpret_cast<float4*>(sums)[group * cols + col] = acc;
   }
+  reinterpret_cast<float4*>(sums)[group * cols + col] = acc;
   __syncthreads();
 
   const size_t stride = size_t(hd) + 2;
@@ -130,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
 }
 
 size_t decode_smem(const DecodeAttention& a) {
-  return (size_t(a.head_dim) + kThreads * 4 + (a.capacity + a.splits - 1) / a.splits) * sizeof(float);
+  return (size_t(kThreads) * 4 + (a.capacity + a.splits - 1) / a.splits) * sizeof(float);
 }
 
 }  // namespace

@@ -436,6 +436,47 @@ __device__ __forceinline__ void kq_dot_rows(const RowMatrix<KQWeight>& m, const 
     for (int t = 0; t < NT; ++t) acc[r][t] = warp_sum(acc[r][t]);
 }
 
+// Pulls this warp's share of unit u's rows towards L2 without waiting (a K-quant row's
+// headers, high bits and scales too); returns the weight bytes it asked for.
+template <class W, int R, class RowsOf>
+__device__ __forceinline__ size_t prefetch_unit(const RowMatrix<W>& m, int u, const GemvSplit& s, RowsOf rows_of) {
+  const int lane = threadIdx.x % kWarp;
+  const size_t bytes = size_t(s.c_end - s.c_begin) * 16;
+  int rows[R];
+  rows_of(u, rows);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if constexpr (kIsKQ<W>) {
+      const uint8_t* row = m.kq_row(rows[r]);
+      prefetch_l2(row + size_t(s.c_begin) * 16, bytes, lane);
+      if (s.c_end <= s.c_begin) continue;
+      if (rows[r] < m.q6_from) {
+        prefetch_l2(row + m.K / 2 + size_t(s.c_begin / 8) * 16, size_t((s.c_end - 1) / 8 - s.c_begin / 8 + 1) * 16, lane);
+      } else {
+        const size_t high = q6k_high_at(m.K, s.c_begin);
+        prefetch_l2(row + high, q6k_high_at(m.K, s.c_end - 1) + 16 - high, lane);
+        const size_t scales = q6k_scales_at(m.K, s.c_begin);
+        prefetch_l2(row + scales, q6k_row_bytes(m.K) - scales, lane);  // scales, then d
+      }
+    } else {
+      prefetch_l2(m.row(rows[r]) + size_t(s.c_begin) * Chunk<W>::kElems, bytes, lane);
+    }
+  }
+  return R * bytes;
+}
+
+// Before pdl_wait(): pulls this warp's share of its first units (up to kPrefetchBytes)
+// towards L2, so the loads after the wait start from L2 while DRAM keeps streaming.
+constexpr size_t kPrefetchBytes = 8192;
+template <class W, int R, class RowsOf>
+__device__ __forceinline__ void prefetch_units(const RowMatrix<W>& m, int units, int split, RowsOf rows_of) {
+  const GemvSplit s(split, m.K / Chunk<W>::kElems);
+  size_t done = 0;
+  for (int u = blockIdx.x * s.units_per_block() + s.slot; u < units && done < kPrefetchBytes;
+       u += gridDim.x * s.units_per_block())
+    done += prefetch_unit<W, R>(m, u, s, rows_of);
+}
+
 // Visits every unit once: rows_of(u, rows) names its R row indices of m, epilogue(u, acc) runs
 // in the warp holding the full sums (lane t owns token t), scaled by the rows' scales. Every
 // thread of the block calls it (it synchronises when split > 1); `red` holds
@@ -504,28 +545,6 @@ __device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int
   }
 }
 
-// Before pdl_wait(): pulls this warp's share of its first units (up to kPrefetchBytes)
-// towards L2, so the loads after the wait start from L2 while DRAM keeps streaming.
-constexpr size_t kPrefetchBytes = 8192;
-template <class W, int R, class RowsOf>
-__device__ __forceinline__ void prefetch_units(const RowMatrix<W>& m, int units, int split, RowsOf rows_of) {
-  const GemvSplit s(split, m.K / Chunk<W>::kElems);
-  const size_t bytes = size_t(s.c_end - s.c_begin) * 16;
-  size_t done = 0;
-  for (int u = blockIdx.x * s.units_per_block() + s.slot; u < units && done < kPrefetchBytes;
-       u += gridDim.x * s.units_per_block(), done += R * bytes) {
-    int rows[R];
-    rows_of(u, rows);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if constexpr (kIsKQ<W>)
-        prefetch_l2(m.kq_row(rows[r]) + size_t(s.c_begin) * 16, bytes, threadIdx.x % kWarp);
-      else
-        prefetch_l2(m.row(rows[r]) + size_t(s.c_begin) * Chunk<W>::kElems, bytes, threadIdx.x % kWarp);
-    }
-  }
-}
-
 // Host side: warps per unit. Short rows (K < 3072): the most that keeps the matrix within
 // one round of the resident warps (`blocks_per_sm` blocks of kGemvWarps). Long rows: the
 // fewest that give two rounds, so no warp walks a whole long row alone. (Measured on an
@@ -560,20 +579,26 @@ __device__ __forceinline__ int8_t q8_lane(float v, float& scale) {
 
 // The floats before stage_q8's int8 values: its K / 32 scales, padded to 16 bytes.
 __host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) / 4 * 4; }
-// One token's inputs x[k] * g[k] quantized as quantize_inputs_q8 does (the same bits) into
-// shared memory: `staged` holds K / 32 scales (stage_q8_scales), then K int8 values. Every
-// thread calls it. A warp loads 4 groups' values before it reduces any (a group at a time
-// waited on each load: the 7B's q/k/v took longer than with a kernel of its own quantizing).
-__device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged) {
-  constexpr int kBatch = 4;
+// One token's inputs x[k] * g[k] quantized as quantize_inputs_q8 does
+// (the same bits) into shared memory: `staged` holds K / 32 scales (stage_q8_scales), then K
+// int8 values. Every thread calls it. A warp loads 4 groups' values before it reduces any (a
+// group at a time waited on each load: the 7B's q/k/v took longer than with a kernel of its
+// own quantizing). With `squares` (blockDim.x / 32 floats), warp w's sum of x[k]^2 is in
+// squares[w] on return: an RMSNorm's sums from the same pass over x.
+__device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged,
+                                             float* squares = nullptr) {
+  constexpr int kBatch = 4;  // 16 measured slower (1.5B q/k/v 194 -> 288 us a step: registers)
   int8_t* q = reinterpret_cast<int8_t*>(staged + stage_q8_scales(K));
   const int lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp, groups = K / 32;
+  float sq = 0.0f;
   for (int first = threadIdx.x / kWarp; first < groups; first += kBatch * warps) {
     float v[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int k = (first + b * warps) * 32 + lane;
-      v[b] = first + b * warps < groups ? x[k] * g[k] : 0.0f;
+      const float xv = first + b * warps < groups ? x[k] : 0.0f;
+      sq = fmaf(xv, xv, sq);
+      v[b] = first + b * warps < groups ? xv * g[k] : 0.0f;
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -586,6 +611,10 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
       }
     }
   }
+  if (squares) {
+    sq = warp_sum(sq);
+    if (lane == 0) squares[threadIdx.x / kWarp] = sq;
+  }
   __syncthreads();
   return Q8Inputs{q, staged, K};
 }
@@ -596,27 +625,6 @@ constexpr size_t stage_q8_bytes(int K) { return size_t(K) + size_t(stage_q8_scal
 __device__ __forceinline__ void stage_normed(const float* x, float inv, const float* g, int K, float* h) {
   for (int k = threadIdx.x; k < K; k += blockDim.x) h[k] = x[k] * inv * g[k];
   __syncthreads();
-}
-
-// The inputs of a norm-fused op (rmsnorm(x) * norm times a matrix of W). One token stages them
-// in shared memory: x * inv * norm for the dense types and fp8 (kStagesNormed: the sums need no
-// scale), x * norm quantized for Q8_0 and the K-quants (stage_q8; inv then scales the sums, as
-// it does for several tokens). Returns the int8 inputs the dot products read: staged, or q8 as
-// given (several tokens: quantized by prepare_norm_inputs).
-template <class W, int NT> constexpr bool kStagesNormed = NT == 1 && !kQ8Inputs<W>;
-template <class W, int NT>
-__device__ __forceinline__ Q8Inputs stage_norm_inputs(const float* x, float inv, const float* norm, int H,
-                                                      float* staged, Q8Inputs q8) {
-  if constexpr (NT == 1 && kQ8Inputs<W>) return stage_q8(x, norm, H, staged);
-  if constexpr (kStagesNormed<W, NT>) stage_normed(x, inv, norm, H, staged);
-  return q8;
-}
-// Host side, before a norm-fused op of n tokens: several tokens' inputs of a Q8_0 or K-quant
-// matrix quantized into q8; returns the shared memory its kernel stages one token in.
-template <class W>
-size_t prepare_norm_inputs(const float* x, const float* norm, int n, int H, const Q8Scratch& q8, cudaStream_t stream) {
-  if (kQ8Inputs<W> && n > 1) quantize_inputs_q8(x, norm, n, H, q8, stream);
-  return n > 1 ? 0 : kQ8Inputs<W> ? stage_q8_bytes(H) : size_t(H) * sizeof(float);
 }
 
 // inv[t] = 1 / sqrt(mean(x[t, :]^2) + eps) for t < n <= NT, x: [n, H]; every thread of the
@@ -647,6 +655,39 @@ __device__ __forceinline__ void block_inv_rms(const float* x, int H, int n, floa
     inv[threadIdx.x] = rsqrtf(total / float(H) + eps);
   }
   __syncthreads();
+}
+
+// The inputs of a norm-fused op (rmsnorm(x) * norm times a matrix of W), and 1/rms of token 0
+// (inv[t] for every token t < n is in `inv` too, except for one token of Q8_0 or K-quants).
+// One token stages them in shared memory: x * inv * norm for the dense types and fp8
+// (kStagesNormed: the sums need no scale), x * norm quantized for Q8_0 and the K-quants
+// (stage_q8, which also sums the squares in the same pass; inv then scales the sums, as it does
+// for several tokens). Several tokens: q8 as given (quantized by prepare_norm_inputs).
+// Every thread calls it; `scratch` holds NT * kGemvWarps floats.
+template <class W, int NT> constexpr bool kStagesNormed = NT == 1 && !kQ8Inputs<W>;
+struct NormInputs {
+  Q8Inputs q8;
+  float inv0;
+};
+template <class W, int NT>
+__device__ __forceinline__ NormInputs norm_inputs(const float* x, int n, float eps, const float* norm, int H,
+                                                  float* staged, float* scratch, float* inv, Q8Inputs q8) {
+  if constexpr (NT == 1 && kQ8Inputs<W>) {
+    const Q8Inputs staged_q8 = stage_q8(x, norm, H, staged, scratch);
+    float total = 0.0f;
+    for (int w = 0; w < int(blockDim.x) / kWarp; ++w) total += scratch[w];
+    return {staged_q8, rsqrtf(total / float(H) + eps)};
+  }
+  block_inv_rms<NT>(x, H, n, eps, scratch, inv);
+  if constexpr (kStagesNormed<W, NT>) stage_normed(x, inv[0], norm, H, staged);
+  return {q8, inv[0]};
+}
+// Host side, before a norm-fused op of n tokens: several tokens' inputs of a Q8_0 or K-quant
+// matrix quantized into q8; returns the shared memory its kernel stages one token in.
+template <class W>
+size_t prepare_norm_inputs(const float* x, const float* norm, int n, int H, const Q8Scratch& q8, cudaStream_t stream) {
+  if (kQ8Inputs<W> && n > 1) quantize_inputs_q8(x, norm, n, H, q8, stream);
+  return n > 1 ? 0 : kQ8Inputs<W> ? stage_q8_bytes(H) : size_t(H) * sizeof(float);
 }
 
 // Kernels launched through here may overlap their prologue with the previous kernel.

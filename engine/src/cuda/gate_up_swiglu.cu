@@ -23,22 +23,21 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   prefetch_units<W, 2>(w, I, split, rows_of);
   pdl_wait();
   pdl_trigger();
-  block_inv_rms<NT>(x, H, n, eps, scratch, inv);
   constexpr bool kStaged = kStagesNormed<W, NT>;
-  q8 = stage_norm_inputs<W, NT>(x, inv[0], norm, H, staged, q8);
+  const NormInputs in = norm_inputs<W, NT>(x, n, eps, norm, H, staged, scratch, inv, q8);
   block_gemv<W, 2, NT>(w, I, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : norm, red, rows_of,
                        [&](int j, float (&acc)[2][NT]) {
                          const int lane = threadIdx.x % kWarp;
 #pragma unroll
                          for (int t = 0; t < NT; ++t) {
                            if (t < n && lane == t) {
-                             const float scale = kStaged ? 1.0f : inv[t];
+                             const float scale = kStaged ? 1.0f : t == 0 ? in.inv0 : inv[t];
                              const float g = acc[0][t] * scale, u = acc[1][t] * scale;
                              act[size_t(t) * I + j] = g / (1.0f + expf(-g)) * u;
                            }
                          }
                        },
-                       q8);
+                       in.q8);
 }
 
 }  // namespace

@@ -37,9 +37,8 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   prefetch_units<W, 2>(w, units, split, rows_of);
   pdl_wait();
   pdl_trigger();
-  block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
   constexpr bool kStaged = kStagesNormed<W, NT>;
-  const Q8Inputs q8 = stage_norm_inputs<W, NT>(x, inv[0], a.norm, H, staged, Q8Inputs{a.q8.q, a.q8.d, H});
+  const NormInputs in = norm_inputs<W, NT>(x, n, a.eps, a.norm, H, staged, scratch, inv, Q8Inputs{a.q8.q, a.q8.d, H});
   float my_v = -INFINITY;  // lane t keeps token t's best
   int my_i = 0x7fffffff;
   block_gemv<W, 2, NT>(w, units, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
@@ -47,7 +46,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
 #pragma unroll
                          for (int t = 0; t < NT; ++t) {
                            if (t < n && lane == t) {
-                             const float scale = kStaged ? 1.0f : inv[t];
+                             const float scale = kStaged ? 1.0f : t == 0 ? in.inv0 : inv[t];
                              const float v0 = acc[0][t] * scale, v1 = acc[1][t] * scale;
                              *reinterpret_cast<float2*>(logits + size_t(t) * a.vocab + 2 * u) = make_float2(v0, v1);
                              if (better(v0, 2 * u, my_v, my_i)) my_v = v0, my_i = 2 * u;
@@ -55,7 +54,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
                            }
                          }
                        },
-                       q8);
+                       in.q8);
   if (lane < NT) {
     best_v[warp][lane] = my_v;
     best_i[warp][lane] = my_i;

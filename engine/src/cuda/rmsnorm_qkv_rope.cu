@@ -73,9 +73,8 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   prefetch_units<W, 2>(w, units, split, rows_of);
   pdl_wait();
   pdl_trigger();
-  block_inv_rms<NT>(x, H, n, a.eps, scratch, inv);
   constexpr bool kStaged = kStagesNormed<W, NT>;
-  const Q8Inputs q8 = stage_norm_inputs<W, NT>(x, inv[0], a.norm, H, staged, Q8Inputs{a.q8.q, a.q8.d, H});
+  const NormInputs in = norm_inputs<W, NT>(x, n, a.eps, a.norm, H, staged, scratch, inv, Q8Inputs{a.q8.q, a.q8.d, H});
   const int p0 = *pos;
   block_gemv<W, 2, NT>(w, units, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
                        [&](int u, float (&acc)[2][NT]) {
@@ -83,7 +82,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
                          const int lane = threadIdx.x % kWarp;
 #pragma unroll
                          for (int t = 0; t < NT; ++t) {
-                           const float scale = kStaged ? 1.0f : inv[t];
+                           const float scale = kStaged ? 1.0f : t == 0 ? in.inv0 : inv[t];
                            if (t >= n || lane != t) continue;
                            if constexpr (kRaw) {
                              float* row = a.qkv + size_t(t) * (q_dim + 2 * kv_dim);
@@ -94,7 +93,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
                            }
                          }
                        },
-                       q8);
+                       in.q8);
 }
 
 // Prefill: the projection came from the tensor-core GEMM; one thread per row pair and token.
