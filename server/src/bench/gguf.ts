@@ -23,7 +23,7 @@ export type Value = { t: typeof T.U32 | typeof T.I32 | typeof T.F32; v: number }
 
 const ALIGN = 32;
 
-interface SafeTensor {
+export interface SafeTensor {
   file: string;
   dtype: Dtype;
   shape: number[];
@@ -288,6 +288,17 @@ function widenQ8_0(q: Buffer, scale: Buffer): Buffer {
   const out = new Float32Array(q.length);
   for (let i = 0; i < q.length; i++) out[i] = f16ToF32(scale.readUInt16LE(2 * Math.floor(i / Q8_BLOCK))) * q.readInt8(i);
   return Buffer.from(out.buffer);
+}
+
+/** The values of tensor `hf` of a folder as F32 (an I8 weight widened with its `_scale`, exactly). */
+export function tensorValues(tensors: Map<string, SafeTensor>, hf: string): Float32Array {
+  const t = tensors.get(hf);
+  if (!t) throw new Error(`no tensor '${hf}'`);
+  if (t.dtype !== 'I8') return toNumbers(readRange(t), t.dtype);
+  const scale = tensors.get(`${hf}_scale`);
+  if (!scale) throw new Error(`${t.file}: tensor '${hf}' is I8 without '${hf}_scale'`);
+  const wide = widenQ8_0(readRange(t), readRange(scale));
+  return new Float32Array(wide.buffer, wide.byteOffset, wide.length / 4);
 }
 
 function readRange(t: SafeTensor): Buffer {

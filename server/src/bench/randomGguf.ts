@@ -15,7 +15,7 @@ export const RANDOM_GGUF_SHAPES: Record<string, Qwen2Config> = {
 export type RandomQuant = 'q8_0' | 'q4_k_m';
 
 // llama.cpp's use_more_bits: the first and last eighth of the layers and every third between.
-const moreBits = (i: number, n: number) => i < n / 8 || i >= (7 * n) / 8 || (i - Math.floor(n / 8)) % 3 === 2;
+export const moreBits = (i: number, n: number) => i < n / 8 || i >= (7 * n) / 8 || (i - Math.floor(n / 8)) % 3 === 2;
 
 /** Random blocks of `type` for `n` weights, each block's scale fields set so the weights are ~0.02. */
 function randomBlocks(type: GgmlType, n: number): Buffer {
