@@ -7,6 +7,7 @@ import { agreedTokens, defaultParams, runBenchmark, type BenchmarkResult, type C
 import { isReserved, reservedPackages, workspaceFiles } from '../../server/src/bench/files';
 import { findPeer, LlamaCppPeer, parsePerfLines, releaseLlamaCpp } from '../../server/src/bench/peer';
 import { quantizeQ8_0, writeGguf } from '../../server/src/bench/gguf';
+import { paddedShape, quantizeQ4_K, quantizeQ6_K, writePaddedGguf } from '../../server/src/bench/paddedGguf';
 import { renderIssue, renderMarkdown, renderText } from '../../server/src/bench/report';
 import { bundledSamples } from '../../server/src/bench/samples';
 import { distribution, editDistance, editSimilarity, exactMatch, percentile } from '../../server/src/bench/stats';
@@ -258,6 +259,90 @@ describe('GGUF export', function () {
 
   it('refuses an architecture it cannot write, naming the file and field', () => {
     assert.throws(() => writeGguf('test/fixtures/models/llama-f32', join(tmpdir(), 'x.gguf')), /config\.json: architectures\[0\] is LlamaForCausalLM/);
+  });
+
+  // ggml's dequantize_row_q4_K / q6_K, written from the format (not from the writer), so a
+  // packing mistake in the writer cannot cancel out here.
+  const f16 = (h: number) => {
+    const e = (h >> 10) & 31, m = h & 1023, s = h & 0x8000 ? -1 : 1;
+    return e === 0 ? s * m * 2 ** -24 : s * (1 + m / 1024) * 2 ** (e - 15);
+  };
+  function dequantQ4_K(b: Buffer): Float32Array {
+    const y = new Float32Array((b.length / 144) * 256);
+    for (let k = 0; k < b.length / 144; k++) {
+      const o = 144 * k, d = f16(b.readUInt16LE(o)), dmin = f16(b.readUInt16LE(o + 2)), sc = b.subarray(o + 4, o + 16);
+      const scaleMin = (j: number) => (j < 4 ? [sc[j] & 63, sc[j + 4] & 63] : [(sc[j + 4] & 0xf) | ((sc[j - 4] >> 6) << 4), (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4)]);
+      for (let j = 0; j < 4; j++) {
+        const [s1, m1] = scaleMin(2 * j), [s2, m2] = scaleMin(2 * j + 1);
+        for (let l = 0; l < 32; l++) {
+          const q = b[o + 16 + 32 * j + l];
+          y[256 * k + 64 * j + l] = d * s1 * (q & 0xf) - dmin * m1;
+          y[256 * k + 64 * j + 32 + l] = d * s2 * (q >> 4) - dmin * m2;
+        }
+      }
+    }
+    return y;
+  }
+  function dequantQ6_K(b: Buffer): Float32Array {
+    const y = new Float32Array((b.length / 210) * 256);
+    for (let k = 0; k < b.length / 210; k++) {
+      const o = 210 * k, d = f16(b.readUInt16LE(o + 208));
+      for (let n = 0; n < 2; n++) {
+        const ql = o + 64 * n, qh = o + 128 + 32 * n, sc = o + 192 + 8 * n, y0 = 256 * k + 128 * n;
+        for (let l = 0; l < 32; l++) {
+          const is = Math.floor(l / 16), h = b[qh + l];
+          y[y0 + l] = d * b.readInt8(sc + is) * (((b[ql + l] & 0xf) | ((h & 3) << 4)) - 32);
+          y[y0 + l + 32] = d * b.readInt8(sc + is + 2) * (((b[ql + l + 32] & 0xf) | (((h >> 2) & 3) << 4)) - 32);
+          y[y0 + l + 64] = d * b.readInt8(sc + is + 4) * (((b[ql + l] >> 4) | (((h >> 4) & 3) << 4)) - 32);
+          y[y0 + l + 96] = d * b.readInt8(sc + is + 6) * (((b[ql + l + 32] >> 4) | (((h >> 6) & 3) << 4)) - 32);
+        }
+      }
+    }
+    return y;
+  }
+  const gaussian = (n: number, seed: number) => {
+    let s = seed;
+    const u = () => ((s = (s * 1103515245 + 12345) % 2147483648) + 1) / 2147483649;
+    return new Float32Array(n).map(() => 0.02 * Math.sqrt(-2 * Math.log(u())) * Math.cos(2 * Math.PI * u()));
+  };
+  const rmsError = (x: Float32Array, y: Float32Array) => Math.sqrt(x.reduce((a, v, i) => a + (v - y[i]) ** 2, 0) / x.reduce((a, v) => a + v * v, 0));
+
+  it('writes Q4_K and Q6_K blocks that ggml\'s dequantization reads back within their precision', () => {
+    const x = gaussian(256 * 64, 7);
+    const q4 = quantizeQ4_K(x), q6 = quantizeQ6_K(x);
+    assert.equal(q4.length, 64 * 144);
+    assert.equal(q6.length, 64 * 210);
+    // Gaussian weights: a 4-bit step of a sub-block's range is ~0.3 sigma (RMS error ~0.09), a 6-bit one ~0.08 sigma (~0.025).
+    const e4 = rmsError(x, dequantQ4_K(q4)), e6 = rmsError(x, dequantQ6_K(q6));
+    assert.ok(e4 < 0.12, `Q4_K relative RMS error ${e4}`);
+    assert.ok(e6 < 0.04, `Q6_K relative RMS error ${e6}`);
+    // All-zero blocks stay zero (no division by a zero scale).
+    assert.ok(dequantQ4_K(quantizeQ4_K(new Float32Array(256))).every((v) => v === 0));
+    assert.ok(dequantQ6_K(quantizeQ6_K(new Float32Array(256))).every((v) => v === 0));
+  });
+
+  it('widens a model to whole Q4_K blocks (hidden, q heads in whole groups, intermediate) and writes the Q4_K_M mix', async () => {
+    const embedded = { hidden_size: 384, intermediate_size: 1024, num_hidden_layers: 7, num_attention_heads: 6, num_key_value_heads: 2, vocab_size: 16384 };
+    assert.deepEqual(paddedShape(embedded), { hidden: 768, heads: 12, kvHeads: 4, intermediate: 1024 });
+    assert.throws(() => paddedShape({ ...embedded, num_attention_heads: 5 }), /heads must divide the hidden size/);
+    // Already whole blocks (the 1.5B shape): unchanged.
+    assert.deepEqual(paddedShape({ ...embedded, hidden_size: 1536, intermediate_size: 8960, num_attention_heads: 12 }), { hidden: 1536, heads: 12, kvHeads: 2, intermediate: 8960 });
+    const dir = mkdtempSync(join(tmpdir(), 'bench-gguf-'));
+    try {
+      const out = writePaddedGguf('test/fixtures/models/qwen2-tied-bf16', join(dir, 'm.gguf'));
+      const { metadata, tensorInfos } = await gguf(out.path, { allowLocalFile: true });
+      const m = metadata as Record<string, unknown>;
+      assert.equal(m['qwen2.embedding_length'], out.shape.hidden);
+      assert.equal(out.shape.hidden % 256, 0);
+      assert.equal(m['qwen2.attention.head_count'], out.shape.heads);
+      const info = (name: string) => tensorInfos.find((t) => t.name === name)!;
+      assert.equal(info('token_embd.weight').dtype, 14); // tied: Q6_K, as llama.cpp's Q4_K_M
+      assert.equal(info('blk.0.attn_q.weight').dtype, 12); // Q4_K
+      assert.deepEqual(info('blk.0.attn_q.weight').shape.map(Number), [out.shape.hidden, out.shape.hidden]);
+      assert.equal(info('blk.0.attn_norm.weight').dtype, 0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

@@ -123,6 +123,9 @@ export interface PaddedShape {
  * the hidden state), the new q heads in whole groups over new key/value heads; intermediate up to a multiple of 256. */
 export function paddedShape(c: Qwen2Config): PaddedShape {
   const hd = c.hidden_size / c.num_attention_heads, kv = c.num_key_value_heads ?? c.num_attention_heads, group = c.num_attention_heads / kv;
+  if (!Number.isInteger(hd) || !Number.isInteger(group)) {
+    throw new Error(`hidden_size ${c.hidden_size}, num_attention_heads ${c.num_attention_heads}, num_key_value_heads ${kv}: heads must divide the hidden size and key/value heads the heads`);
+  }
   const gcd = (a: number, b: number): number => (b ? gcd(b, a % b) : a);
   const step = (QK * group * hd) / gcd(QK, group * hd);
   const hidden = Math.ceil(c.hidden_size / step) * step;
