@@ -579,14 +579,13 @@ __device__ __forceinline__ int8_t q8_lane(float v, float& scale) {
 
 // The floats before stage_q8's int8 values: its K / 32 scales, padded to 16 bytes.
 __host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) / 4 * 4; }
-// One token's inputs x[k] * g[k] quantized as quantize_inputs_q8 does
-// (the same bits) into shared memory: `staged` holds K / 32 scales (stage_q8_scales), then K
-// int8 values. Every thread calls it. A warp loads 4 groups' values before it reduces any (a
+// One token's inputs x[k] * g[k] quantized as quantize_inputs_q8 does (the same bits) into
+// shared memory: `staged` holds K / 32 scales (stage_q8_scales), then K int8 values; and warp
+// w's sum of x[k]^2 in squares[w] (blockDim.x / 32 floats): an RMSNorm's sums from the same
+// pass over x. Every thread calls it. A warp loads 4 groups' values before it reduces any (a
 // group at a time waited on each load: the 7B's q/k/v took longer than with a kernel of its
-// own quantizing). With `squares` (blockDim.x / 32 floats), warp w's sum of x[k]^2 is in
-// squares[w] on return: an RMSNorm's sums from the same pass over x.
-__device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged,
-                                             float* squares = nullptr) {
+// own quantizing).
+__device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged, float* squares) {
   constexpr int kBatch = 4;  // 16 measured slower (1.5B q/k/v 194 -> 288 us a step: registers)
   int8_t* q = reinterpret_cast<int8_t*>(staged + stage_q8_scales(K));
   const int lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp, groups = K / 32;
@@ -596,9 +595,10 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int k = (first + b * warps) * 32 + lane;
-      const float xv = first + b * warps < groups ? x[k] : 0.0f;
+      const bool in_range = first + b * warps < groups;
+      const float xv = in_range ? x[k] : 0.0f;
       sq = fmaf(xv, xv, sq);
-      v[b] = first + b * warps < groups ? xv * g[k] : 0.0f;
+      v[b] = in_range ? xv * g[k] : 0.0f;
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -611,10 +611,8 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
       }
     }
   }
-  if (squares) {
-    sq = warp_sum(sq);
-    if (lane == 0) squares[threadIdx.x / kWarp] = sq;
-  }
+  sq = warp_sum(sq);
+  if (lane == 0) squares[threadIdx.x / kWarp] = sq;
   __syncthreads();
   return Q8Inputs{q, staged, K};
 }

@@ -212,7 +212,7 @@ class Out {
   }
 }
 
-function f16ToF32(h: number): number {
+export function f16ToF32(h: number): number {
   const s = h & 0x8000 ? -1 : 1;
   const e = (h >> 10) & 0x1f;
   const f = h & 0x3ff;

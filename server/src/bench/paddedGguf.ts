@@ -8,10 +8,8 @@
 // rescaled so a mean over the wider vector is the old mean: weights times sqrt(H / H'),
 // epsilon times H / H'. In f32 the widened model's logits equal the original's; quantized, it
 // is a trained model in Q4_K/Q6_K that llama.cpp and Runahead can both read (the accuracy test).
-import { f32ToF16, qwen2Metadata, readSafetensorsIndex, T, tensorValues, tokenizerMetadata, writeGgufFile, type GgmlType, type GgufTensorPlan, type Qwen2Config, type Value } from './gguf';
+import { architectureMetadata, f16ToF32, f32ToF16, qwen2Metadata, readSafetensorsIndex, T, tensorValues, tokenizerMetadata, writeGgufFile, type GgmlType, type GgufTensorPlan, type Qwen2Config, type Value } from './gguf';
 import { moreBits } from './randomGguf';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 
 const QK = 256;
 
@@ -96,17 +94,10 @@ export function quantizeQ6_K(values: Float32Array): Buffer {
   return out;
 }
 
-function f16ToF32(h: number): number {
-  const e = (h >> 10) & 0x1f, f = h & 0x3ff, sign = h & 0x8000 ? -1 : 1;
-  if (e === 0) return sign * f * 2 ** -24;
-  if (e === 31) return f ? NaN : sign * Infinity;
-  return sign * (1 + f / 1024) * 2 ** (e - 15);
-}
-
-/** [rows, cols] values placed in a zero [rows2, cols2] matrix; rowAt(r) gives the new row of old row r. */
-function place(v: Float32Array, rows: number, cols: number, rows2: number, cols2: number, rowAt: (r: number) => number = (r) => r, colAt: (c: number) => number = (c) => c): Float32Array {
+/** [rows, cols] values in the top-left corner of a zero [rows2, cols2] matrix. */
+function place(v: Float32Array, rows: number, cols: number, rows2: number, cols2: number): Float32Array {
   const out = new Float32Array(rows2 * cols2);
-  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[rowAt(r) * cols2 + colAt(c)] = v[r * cols + c];
+  for (let r = 0; r < rows; r++) out.set(v.subarray(r * cols, (r + 1) * cols), r * cols2);
   return out;
 }
 
@@ -135,8 +126,7 @@ export function paddedShape(c: Qwen2Config): PaddedShape {
 /** Writes the Qwen2 model in `folder` widened (paddedShape) and quantized to llama.cpp's Q4_K_M mix, or with
  * `matrices: 'f32'` every matrix F32 (what the widening alone does: the original's logits). */
 export function writePaddedGguf(folder: string, out: string, options: { matrices?: 'q4_k_m' | 'f32' } = {}): { path: string; bytes: number; shape: PaddedShape } {
-  const c = JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')) as Qwen2Config & { tie_word_embeddings?: boolean };
-  if (c.architectures?.[0] !== 'Qwen2ForCausalLM') throw new Error(`${join(folder, 'config.json')}: architectures[0] is ${c.architectures?.[0]}; expected Qwen2ForCausalLM`);
+  const { config: c } = architectureMetadata(folder);  // refuses all but Qwen2
   const t = readSafetensorsIndex(folder);
   const p = paddedShape(c);
   const H = c.hidden_size, I = c.intermediate_size, L = c.num_hidden_layers, V = c.vocab_size;
