@@ -368,8 +368,9 @@ template <class W> struct RowMatrix {
 
 // warp_dot_rows for R rows of a Q8_0 matrix (w: int8 weights, d: their f16 block scales) on
 // int8 inputs (kquant.cuh Q8Inputs): a chunk's 16 products are 4 dp4a, scaled once by the
-// block's scale times the inputs' (llama.cpp's vec_dot_q8_0_q8_1).
-template <int R, int NT>
+// block's scale times the inputs' (llama.cpp's vec_dot_q8_0_q8_1). kTile: w and d lie in a
+// tile in shared memory (kquant.cuh weight16).
+template <int R, int NT, bool kTile = false>
 __device__ __forceinline__ void q8_0_dot_rows(const Q8Weight* const (&w)[R], const __half* const (&d)[R], int c_begin,
                                               int c_end, const Q8Inputs& in, int n, float (&acc)[R][NT]) {
   constexpr int U = NT > 1 ? 2 : 4;
@@ -386,8 +387,8 @@ __device__ __forceinline__ void q8_0_dot_rows(const Q8Weight* const (&w)[R], con
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int c = c0 + kWarp * u;
-        wv[u][r] = c < c_end ? load_stream(w[r] + size_t(c) * 16) : make_uint4(0, 0, 0, 0);
-        scale[u][r] = c < c_end ? __half2float(__ldg(d[r] + c / 2)) : 0.0f;
+        wv[u][r] = c < c_end ? weight16<kTile>(w[r] + size_t(c) * 16) : make_uint4(0, 0, 0, 0);
+        scale[u][r] = c < c_end ? __half2float(read_only<kTile>(d[r] + c / 2)) : 0.0f;
       }
 #pragma unroll
     for (int u = 0; u < U; ++u) {

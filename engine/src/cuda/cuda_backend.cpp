@@ -611,10 +611,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
       t.w_down = d.w_down.get();
       t.attn_norm = d.attn_norm.get<float>();
       t.mlp_norm = d.mlp_norm.get<float>();
-      t.wqkv_scale = d.wqkv_scale.get<float>();
-      t.wo_scale = d.wo_scale.get<float>();
-      t.w_gate_up_scale = d.w_gate_up_scale.get<float>();
-      t.w_down_scale = d.w_down_scale.get<float>();
+      t.wqkv_scale = d.wqkv_scale.get();
+      t.wo_scale = d.wo_scale.get();
+      t.w_gate_up_scale = d.w_gate_up_scale.get();
+      t.w_down_scale = d.w_down_scale.get();
+      t.qkv_q6_from = d.qkv_q6_from;
       t.k_cache = k_cache_.get<float>() + size_t(l) * capacity_ * kvd;
       t.v_cache = v_cache_.get<float>() + size_t(l) * capacity_ * kvd;
       table.push_back(t);
@@ -629,7 +630,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     DecodeStep& s = step_;
     s.dtype = layer_dtype_;
     s.head_dtype = head_dtype_;
-    s.lm_head_scale = static_cast<const float*>(lm_head_scale());
+    s.embed_dtype = embed_dtype_;
+    s.lm_head_scale = lm_head_scale();
+    s.embed_scale = embed_scale_.get();
     s.layers = c_.num_layers;
     s.hidden = H;
     s.intermediate = I;
@@ -658,8 +661,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
       step_plan_.refused = "RUNAHEAD_CUDA_PERSISTENT unset or 1";
     } else if (layer_ops_ != llama_step()) {  // its phases are Llama's layer, fixed in the kernel
       step_plan_.refused = "a layer of Llama's ops (model/arch/llama.cpp)";
-    } else if (layer_dtype_ == DType::Q8_0 || layer_dtype_ == DType::Q4_K) {
-      step_plan_.refused = "dense or fp8 matrices (block-quantized ones run a kernel per op)";
     } else if (qk_norm()) {
       step_plan_.refused = "a layer without per-head q/k RMSNorm (" + c_.architecture + " has q_norm/k_norm)";
     } else {
@@ -1177,12 +1178,14 @@ std::string kquant_misfit(const ModelWeights& w) {
 }
 
 // How a model of block-quantized matrices runs. Q8_0 runs as stored when every matrix is
-// Q8_0 and the model is large enough for the bytes to matter: the Q8_0 kernels run a kernel
-// per op, and widened to bf16 a small model may run the persistent step instead (H200, random
-// Qwen2.5-Coder shapes, decode ms/token as stored against widened: 0.5B (525 MB of Q8_0) 0.833 /
-// 0.823, 1.5B 1.555 / 1.654, 7B 4.147 / 4.317). Q4_K/Q6_K run as stored at any size when the
-// K-quant kernels can read their layout. options.require names the path: quantized_kernels as
-// stored, persistent_step widened. Widening for a format, layout or fp8 the kernels cannot
+// Q8_0 and the model is large enough for the bytes to matter: widened to bf16 a small model's
+// persistent step is as fast (H200, random Qwen2.5-Coder shapes, decode ms/token as stored, a
+// kernel per op, against widened: 0.5B (525 MB of Q8_0) 0.833 / 0.823, 1.5B 1.555 / 1.654, 7B
+// 4.147 / 4.317). Q4_K/Q6_K run as stored at any size when the K-quant kernels can read their
+// layout. As stored, a single-token step runs the persistent kernel or a kernel per op,
+// whichever is faster (choose_decode_step). options.require names the path: quantized_kernels
+// as stored; persistent_step as stored when the persistent step reads the matrices' shapes
+// (block_step_misfit), else widened. Widening for a format, layout or fp8 the kernels cannot
 // take is a warning; for the size or the persistent step, a choice.
 Quantized quantized_run(const ModelWeights& w, const BackendOptions& options) {
   const std::string formats = weight_formats(w);
@@ -1202,18 +1205,26 @@ Quantized quantized_run(const ModelWeights& w, const BackendOptions& options) {
     return widened("the " + formats +
                        " matrices are widened to bf16 and quantized to fp8 from there (options.weights/lm_head fp8)",
                    true);
-  if (required("persistent_step") && !required("quantized_kernels"))
-    return widened("the " + formats + " matrices run widened to bf16 for the persistent step (options.require "
-                   "persistent_step)",
-                   false);
+  if (required("persistent_step") && !required("quantized_kernels")) {
+    DecodeStep shape;  // the persistent step as it would read these matrices
+    shape.dtype = shape.head_dtype = shape.embed_dtype = kquant ? DType::Q4_K : DType::Q8_0;
+    shape.hidden = w.config.hidden_size;
+    shape.heads = w.config.num_heads;
+    shape.head_dim = w.config.head_dim;
+    shape.intermediate = w.config.intermediate_size;
+    if (const std::string misfit = block_step_misfit(shape); !misfit.empty())
+      return widened("the " + formats + " matrices run widened to bf16 for the persistent step, which needs " + misfit +
+                         " (options.require persistent_step)",
+                     false);
+  }
   if (!kquant && w.weight_bytes < kQ8AsStoredBytes && !required("quantized_kernels"))
     return widened("the q8_0 matrices (" + std::to_string(w.weight_bytes >> 20) +
                        " MiB) run widened to bf16: below 1 GiB the persistent bf16 step is as fast (options.require "
                        "quantized_kernels runs them as stored)",
                    false);
   return {true,
-          kquant ? formats + " matrices read as stored by the CUDA K-quant kernels (a kernel per op)"
-                 : "q8_0 matrices read as stored by the CUDA block kernels (a kernel per op)",
+          kquant ? formats + " matrices read as stored by the CUDA K-quant kernels"
+                 : "q8_0 matrices read as stored by the CUDA block kernels",
           false};
 }
 

@@ -116,13 +116,14 @@ struct Matrix {
 template <class W, class HW>
 __device__ __forceinline__ Matrix matrix_of(const DecodeStep& s, int m) {
   const int H = s.hidden, qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim, e = int(sizeof(W));
-  if (m == 4 * s.layers) return {static_cast<const char*>(s.lm_head), s.vocab, H, int(sizeof(HW)), s.lm_head_scale};
+  const auto f32 = [](const void* p) { return static_cast<const float*>(p); };
+  if (m == 4 * s.layers) return {static_cast<const char*>(s.lm_head), s.vocab, H, int(sizeof(HW)), f32(s.lm_head_scale)};
   const DecodeLayer& l = s.layer[m / 4];
   switch (m % 4) {
-    case 0: return {static_cast<const char*>(l.wqkv), qd + 2 * kvd, H, e, l.wqkv_scale};
-    case 1: return {static_cast<const char*>(l.wo), H, qd, e, l.wo_scale};
-    case 2: return {static_cast<const char*>(l.w_gate_up), 2 * s.intermediate, H, e, l.w_gate_up_scale};
-    default: return {static_cast<const char*>(l.w_down), H, s.intermediate, e, l.w_down_scale};
+    case 0: return {static_cast<const char*>(l.wqkv), qd + 2 * kvd, H, e, f32(l.wqkv_scale)};
+    case 1: return {static_cast<const char*>(l.wo), H, qd, e, f32(l.wo_scale)};
+    case 2: return {static_cast<const char*>(l.w_gate_up), 2 * s.intermediate, H, e, f32(l.w_gate_up_scale)};
+    default: return {static_cast<const char*>(l.w_down), H, s.intermediate, e, f32(l.w_down_scale)};
   }
 }
 
@@ -168,6 +169,7 @@ __device__ __forceinline__ Tile tile_at(const Tiling& t, int i, int K) {
 }
 
 constexpr int kSliceSlots = 64;  // long rows whose column slices are in flight at once
+constexpr int kMaxTileSums = 64;  // block-quantized tiles: rows x column slices of a tile
 constexpr int kMaxSlices = 16;
 
 struct Shared {
@@ -175,6 +177,8 @@ struct Shared {
   int issued[kMaxStages];                   // the tile each stage was last loaded with
   float slice_sum[kSliceSlots][kMaxSlices];  // per-slice sums of long rows
   int slices_done[kSliceSlots];
+  float tile_sum[kMaxStages][kMaxTileSums];  // block-quantized tiles: each unit's sums (consume_blocks)
+  int units_done[kMaxStages];
   float residual[kConsumers];               // x at this block's rows, read before a residual phase
   float scratch[kConsumerWarps];
   float best_v[kConsumers];
@@ -305,20 +309,251 @@ __device__ void consume(const Matrix& mat, const float* in, int& tile, int stage
   tile += tiling.count;
 }
 
+// --- block-quantized layers: Q8_0 and K-quant matrices ------------------------------------
+//
+// Their tiles are whole rows (a row's bytes fit a stage: plan_decode_step), each tile as the
+// per-op kernels read rows from global memory: Q8_0 the tile's int8 weights ([rows, K]) then
+// their f16 block scales ([rows, K / 32]); a K-quant row (kquant.cuh) is contiguous. A
+// K-quant matrix with both formats (its Q6_K rows after its Q4_K ones) is two parts, each
+// shared out over the blocks. The phase's input is staged quantized to int8 per 32 (put4),
+// so the dot products are the per-op kernels' own (q8_0_dot_rows, q4k_dot_rows, q6k_dot_rows
+// reading the tile): the same arithmetic as the kernel-per-op path.
+
+enum class BlockKind { Q8_0, Q4_K, Q6_K };
+// Rows [row0, row0 + rows) of a matrix of the step, all in one format: at w (local row r at
+// w + r * row bytes; Q8_0 its weights, its scales at aux).
+struct Part {
+  const char* w;
+  const char* aux;
+  int row0, rows, K;
+  BlockKind kind;
+  __host__ __device__ size_t row_bytes() const {
+    return kind == BlockKind::Q8_0 ? size_t(K) : kind == BlockKind::Q4_K ? q4k_row_bytes(K) : q6k_row_bytes(K);
+  }
+  // A row's bytes in a tile: Q8_0 adds its scales.
+  __host__ __device__ size_t tile_row_bytes() const {
+    return kind == BlockKind::Q8_0 ? size_t(K) + size_t(K) / kQ8Block * 2 : row_bytes();
+  }
+};
+
+// The parts of matrix m of the step (4 per layer, then lm_head, as matrix_of); returns 1 or 2.
+template <class W>
+__device__ __forceinline__ int parts_of(const DecodeStep& s, int m, Part (&p)[2]) {
+  const int H = s.hidden, qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
+  const void *w, *aux;
+  int rows, K, mixed;
+  if (m == 4 * s.layers) {
+    w = s.lm_head, aux = s.lm_head_scale, rows = s.vocab, K = H, mixed = rows;
+  } else {
+    const DecodeLayer& l = s.layer[m / 4];
+    switch (m % 4) {
+      case 0: w = l.wqkv, aux = l.wqkv_scale, rows = qd + 2 * kvd, K = H, mixed = l.qkv_q6_from; break;
+      case 1: w = l.wo, aux = l.wo_scale, rows = H, K = qd, mixed = rows; break;
+      case 2: w = l.w_gate_up, aux = l.w_gate_up_scale, rows = 2 * s.intermediate, K = H, mixed = rows; break;
+      default: w = l.w_down, aux = l.w_down_scale, rows = H, K = s.intermediate, mixed = rows; break;
+    }
+  }
+  const auto bytes = [](const void* v) { return static_cast<const char*>(v); };
+  if constexpr (kIsQ8<W>) {
+    p[0] = {bytes(w), bytes(aux), 0, rows, K, BlockKind::Q8_0};
+    return 1;
+  } else {
+    const int q6_from = kq_q6_from(w, aux, rows, mixed);
+    int n = 0;
+    if (q6_from > 0) p[n++] = {bytes(w), nullptr, 0, q6_from, K, BlockKind::Q4_K};
+    if (q6_from < rows) p[n++] = {bytes(aux), nullptr, q6_from, rows - q6_from, K, BlockKind::Q6_K};
+    return n;
+  }
+}
+
+// This block's rows of a part, in tiles of `group` whole rows. A tile's work is cut into
+// units, each kRowsPerUnit rows (or the rest) by one of `slices` column slices, so that several
+// warps share a tile (one warp a tile left most warps idle: at most `stages` tiles are in a
+// block at once, and their dot products, not the copies, took the time).
+#ifndef RUNAHEAD_STEP_SLICE_CHUNKS
+#define RUNAHEAD_STEP_SLICE_CHUNKS 128
+#endif
+constexpr int kSliceChunks = RUNAHEAD_STEP_SLICE_CHUNKS;  // chunks of a row a slice aims at: four a lane (64 measured slower)
+struct BlockTiling {
+  int r0, r1, group, count, chunks, slices;
+  __device__ BlockTiling(const Part& p, int stage_bytes) {
+    const Share share(p.rows);
+    r0 = share.begin;
+    r1 = share.end;
+    group = min(int(size_t(stage_bytes) / p.tile_row_bytes()), kMaxTileSums);
+    count = (r1 - r0 + group - 1) / group;
+    chunks = p.K / (p.kind == BlockKind::Q8_0 ? 16 : 32);
+    slices = max(1, min((chunks + kSliceChunks - 1) / kSliceChunks, kMaxTileSums / group));
+  }
+  __device__ int rows_of(int i) const { return min(group, r1 - (r0 + i * group)); }
+  __device__ int units_of(int rows) const { return (rows + kRowsPerUnit - 1) / kRowsPerUnit * slices; }
+};
+
+// The producer for block-quantized layers: every tile of every part of the step, in order.
+template <class W, int S>
+__device__ void produce_blocks(const DecodeStep& s, int stages, unsigned char* ring, Shared& sh) {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  int tile = 0;
+  for (int m = 0; m <= 4 * s.layers; ++m) {
+    Part parts[2];
+    const int n = parts_of<W>(s, m, parts);
+    for (int p = 0; p < n; ++p) {
+      const Part& part = parts[p];
+      const BlockTiling tiling(part, S);
+      for (int i = 0; i < tiling.count; ++i, ++tile) {
+        const int row = tiling.r0 + i * tiling.group, rows = tiling.rows_of(i), stage = tile % stages;
+        if (tile >= stages) mbarrier_wait(&sh.empty[stage], (tile / stages - 1) & 1);
+        mbarrier_expect_bytes(&sh.full[stage], unsigned(rows * part.tile_row_bytes()));
+        unsigned char* dst = ring + size_t(stage) * S;
+        const size_t rb = part.row_bytes();
+        bulk_load(dst, part.w + size_t(row) * rb, unsigned(rows * rb), &sh.full[stage], policy);
+        if (part.kind == BlockKind::Q8_0) {
+          const size_t sb = size_t(part.K) / kQ8Block * 2;
+          bulk_load(dst + rows * rb, part.aux + size_t(row) * sb, unsigned(rows * sb), &sh.full[stage], policy);
+        }
+        *reinterpret_cast<volatile int*>(&sh.issued[stage]) = tile;
+      }
+    }
+  }
+}
+
+// The phase's input as put4 staged it for a matrix of K columns.
+__device__ __forceinline__ Q8Inputs staged_q8(const float* in, int K) {
+  return Q8Inputs{reinterpret_cast<const int8_t*>(in + stage_q8_scales(K)), in, K};
+}
+
+// sum[k] = in . row r + k over chunks [c_begin, c_end), for R rows of a tile of `rows` rows,
+// summed over the warp.
+template <class W, int R>
+__device__ __forceinline__ void tile_dot(const Part& part, const unsigned char* tw, int rows, int r, int c_begin,
+                                         int c_end, const Q8Inputs& in, float (&sum)[R]) {
+  float acc[R][1];
+  if constexpr (kIsQ8<W>) {
+    const Q8Weight* w[R];
+    const __half* d[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      w[k] = reinterpret_cast<const Q8Weight*>(tw + size_t(r + k) * part.K);
+      d[k] = reinterpret_cast<const __half*>(tw + size_t(rows) * part.K) + size_t(r + k) * (part.K / kQ8Block);
+    }
+    q8_0_dot_rows<R, 1, true>(w, d, c_begin, c_end, in, 1, acc);  // summed over the warp
+  } else {
+    const uint8_t* row[R];
+    const size_t rb = part.row_bytes();
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      row[k] = tw + size_t(r + k) * rb;
+      acc[k][0] = 0.0f;
+    }
+    if (part.kind == BlockKind::Q4_K)
+      q4k_dot_rows<R, 1, true>(row, part.K, c_begin, c_end, in, 1, acc);
+    else
+      q6k_dot_rows<R, 1, true>(row, part.K, c_begin, c_end, in, 1, acc);
+#pragma unroll
+    for (int k = 0; k < R; ++k) acc[k][0] = warp_sum(acc[k][0]);
+  }
+#pragma unroll
+  for (int k = 0; k < R; ++k) sum[k] = acc[k][0];
+}
+
+// consume() for a part of a block-quantized matrix: the units of its tiles (BlockTiling), in
+// order, go round the warps; a unit's sums go to the stage's tile_sum, and the warp finishing
+// a tile's last unit adds each row's slices in slice order (the same sums whichever warp
+// finishes), hands the row to epilogue(row of the matrix, y) and frees the stage.
+template <class W, int S, class Epilogue>
+__device__ void consume_blocks(const Part& part, const Q8Inputs& in, int& tile, int stages,
+                               const unsigned char* ring, Shared& sh, Epilogue epilogue) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const BlockTiling t(part, S);
+  const int full = t.units_of(t.group);
+  const int total = t.count == 0 ? 0 : (t.count - 1) * full + t.units_of(t.rows_of(t.count - 1));
+  int waited = -1;
+  for (int u = warp; u < total; u += kConsumerWarps) {
+    const int i = u / full, k = u % full, at = tile + i, stage = at % stages;
+    if (i != waited) {  // a parity wait is only unambiguous once the stage holds this tile's load
+      while (*reinterpret_cast<volatile int*>(&sh.issued[stage]) != at) __nanosleep(32);
+      mbarrier_wait(&sh.full[stage], (at / stages) & 1);
+      waited = i;
+    }
+    const unsigned char* tw = ring + size_t(stage) * S;
+    const int rows = t.rows_of(i), slice = k % t.slices, r = k / t.slices * kRowsPerUnit;
+    const int n = min(kRowsPerUnit, rows - r);
+    const int c_begin = slice * t.chunks / t.slices, c_end = (slice + 1) * t.chunks / t.slices;
+    float* sums = sh.tile_sum[stage] + slice * t.group + r;
+    const auto unit = [&](auto width, int at_row) {
+      constexpr int R = decltype(width)::value;
+      float sum[R];
+      tile_dot<W, R>(part, tw, rows, at_row, c_begin, c_end, in, sum);
+#pragma unroll
+      for (int q = 0; q < R; ++q)
+        if (lane == q) sums[at_row - r + q] = sum[q];
+    };
+    if (n == 4) {
+      unit(std::integral_constant<int, 4>{}, r);
+    } else {
+      if (n >= 2) unit(std::integral_constant<int, 2>{}, r);
+      if (n % 2) unit(std::integral_constant<int, 1>{}, r + n - 1);
+    }
+    __syncwarp();
+    __threadfence_block();
+    int last = 0;
+    if (lane == 0) last = atomicAdd(&sh.units_done[stage], 1) == t.units_of(rows) - 1;
+    if (!__shfl_sync(0xffffffffu, last, 0)) continue;
+    __threadfence_block();
+    const int first = part.row0 + t.r0 + i * t.group;
+    for (int row = lane; row < rows; row += kWarp) {
+      float y = 0.0f;
+      for (int q = 0; q < t.slices; ++q) y += *reinterpret_cast<volatile float*>(&sh.tile_sum[stage][q * t.group + row]);
+      epilogue(first + row, y);
+    }
+    __syncwarp();
+    if (lane == 0) {
+      sh.units_done[stage] = 0;
+      mbarrier_arrive(&sh.empty[stage]);
+    }
+  }
+  tile += t.count;
+}
+
+// A phase's input, four values v (at 4 i) from each thread, written to shared memory: f32 for
+// dense and fp8 matrices, or (kQ8) quantized to int8 per 32 as stage_q8 quantizes it (the same
+// bits: q8_lane's scale and rounding), into its layout (K / 32 scales, then K values). Every
+// lane of the warp calls it, i = its warp's first index (a multiple of 8) + its lane, so that
+// the 8 lanes holding a group of 32 reduce its largest magnitude together; `valid` false
+// writes nothing (a whole group is valid or not: K % 32 == 0).
+template <bool kQ8>
+__device__ __forceinline__ void put4(float* in, int K, int i, float4 v, bool valid) {
+  if constexpr (!kQ8) {
+    if (valid) reinterpret_cast<float4*>(in)[i] = v;
+  } else {
+    if (!valid) v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float scale = amax / 127.0f;
+    const auto q = [&](float x) { return static_cast<signed char>(amax == 0.0f ? 0 : int(roundf(x / scale))); };
+    if (!valid) return;
+    reinterpret_cast<char4*>(in + stage_q8_scales(K))[i] = make_char4(q(v.x), q(v.y), q(v.z), q(v.w));
+    if (i % 8 == 0) in[i / 8] = scale;
+  }
+}
+
 // sh.residual[i] = x[rows.begin + i]: read ahead of a phase whose epilogue adds to x, before
 // the block barrier that ends the phase's staging, so no tile waits on a global load.
 __device__ __forceinline__ void read_residual(const float* x, const Share& rows, Shared& sh) {
   if (threadIdx.x < rows.end - rows.begin) sh.residual[threadIdx.x] = __ldcg(x + rows.begin + threadIdx.x);
 }
 
-// in[k] = v[k] * g[k] for k < H (H % 4 == 0), where load(i) gives v[4i, 4i + 4); returns
-// rsqrt(mean(v^2) + eps), by which the phase scales its dot products (rmsnorm(v) * g . w =
-// that * (v * g . w)), so staging needs one barrier. kBatch loads in flight per thread.
-template <class Load>
+// in[k] = v[k] * g[k] for k < H (H % 32 == 0), where load(i) gives v[4i, 4i + 4), written by
+// put4 (kQ8: quantized); returns rsqrt(mean(v^2) + eps), by which the phase scales its dot
+// products (rmsnorm(v) * g . w = that * (v * g . w)), so staging needs one barrier. kBatch
+// loads in flight per thread; every lane of a warp runs the same iterations (put4).
+template <bool kQ8, class Load>
 __device__ float stage_normed(Load load, int H, float eps, const float* g, float* in, Shared& sh) {
-  const int n = H / 4;
+  const int n = H / 4, lane = threadIdx.x % kWarp;
   float ss = 0.0f;
-  for (int i0 = threadIdx.x; i0 < n; i0 += kConsumers * kBatch) {
+  for (int i0 = threadIdx.x; i0 - lane < n; i0 += kConsumers * kBatch) {
     float4 v[kBatch], w[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -329,8 +564,7 @@ __device__ float stage_normed(Load load, int H, float eps, const float* g, float
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int i = i0 + b * kConsumers;
-      if (i >= n) continue;
-      reinterpret_cast<float4*>(in)[i] = make_float4(v[b].x * w[b].x, v[b].y * w[b].y, v[b].z * w[b].z, v[b].w * w[b].w);
+      put4<kQ8>(in, H, i, make_float4(v[b].x * w[b].x, v[b].y * w[b].y, v[b].z * w[b].z, v[b].w * w[b].w), i < n);
       ss = fmaf(v[b].x, v[b].x, fmaf(v[b].y, v[b].y, fmaf(v[b].z, v[b].z, fmaf(v[b].w, v[b].w, ss))));
     }
   }
@@ -488,13 +722,16 @@ __device__ void attention(const DecodeStep& s, const DecodeLayer& layer, int pos
   }
 }
 
-// in[h * head_dim + t] = the attention output of head h: its chunks' partials merged. A thread
-// takes 4 columns of a head and has the loads of up to kBatch chunks in flight at once.
+// in[h * head_dim + t] = the attention output of head h: its chunks' partials merged, written
+// by put4. A thread takes 4 columns of a head and has the loads of up to kBatch chunks in
+// flight at once; every lane of a warp runs the same iterations.
+template <bool kQ8>
 __device__ void stage_attention(const DecodeStep& s, int chunks, float* in) {
-  const int hd = s.head_dim, groups = hd / 4;
+  const int hd = s.head_dim, groups = hd / 4, total_units = s.heads * groups, lane = threadIdx.x % kWarp;
   const size_t stride = softmax_stride(hd);
-  for (int u = threadIdx.x; u < s.heads * groups; u += kConsumers) {
-    const int h = u / groups, d = 4 * (u % groups);
+  for (int u = threadIdx.x; u - lane < total_units; u += kConsumers) {
+    const bool valid = u < total_units;
+    const int h = valid ? u / groups : 0, d = 4 * (u % groups);
     const float* part = s.partial + size_t(h) * kMaxChunks * stride;
     Softmax total;
     for (int c0 = 0; c0 < chunks; c0 += kBatch) {
@@ -513,18 +750,19 @@ __device__ void stage_attention(const DecodeStep& s, int chunks, float* in) {
       for (int b = 0; b < kBatch; ++b) total.merge(m[b], l[b], o[b]);
     }
     const float inv = 1.0f / total.l;
-    *reinterpret_cast<float4*>(in + size_t(h) * hd + d) =
-        make_float4(total.o.x * inv, total.o.y * inv, total.o.z * inv, total.o.w * inv);
+    put4<kQ8>(in, s.heads * hd, u, make_float4(total.o.x * inv, total.o.y * inv, total.o.z * inv, total.o.w * inv), valid);
   }
   consumers_sync();
 }
 
-// in[j] = silu(gate[j]) * up[j] for j < I (I % 4 == 0): float4 loads, kBatch in flight per thread.
+// in[j] = silu(gate[j]) * up[j] for j < I (I % 32 == 0), written by put4: float4 loads, kBatch
+// in flight per thread; every lane of a warp runs the same iterations.
+template <bool kQ8>
 __device__ void stage_swiglu(const float* gate_up, int I, float* in) {
   const float4* gate = reinterpret_cast<const float4*>(gate_up);
   const float4* up = reinterpret_cast<const float4*>(gate_up + I);
-  const int n = I / 4;
-  for (int j0 = threadIdx.x; j0 < n; j0 += kConsumers * kBatch) {
+  const int n = I / 4, lane = threadIdx.x % kWarp;
+  for (int j0 = threadIdx.x; j0 - lane < n; j0 += kConsumers * kBatch) {
     float4 g[kBatch], u[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -536,9 +774,9 @@ __device__ void stage_swiglu(const float* gate_up, int I, float* in) {
     for (int b = 0; b < kBatch; ++b) {
       const int j = j0 + b * kConsumers;
       const auto silu = [](float v) { return v / (1.0f + expf(-v)); };
-      if (j < n)
-        reinterpret_cast<float4*>(in)[j] = make_float4(silu(g[b].x) * u[b].x, silu(g[b].y) * u[b].y,
-                                                       silu(g[b].z) * u[b].z, silu(g[b].w) * u[b].w);
+      put4<kQ8>(in, I, j, make_float4(silu(g[b].x) * u[b].x, silu(g[b].y) * u[b].y, silu(g[b].z) * u[b].z,
+                                      silu(g[b].w) * u[b].w),
+                j < n);
     }
   }
   consumers_sync();
@@ -559,11 +797,33 @@ __device__ __forceinline__ void block_best(float& best_v, int& best_i, Shared& s
     if (better(sh.best_v[t], sh.best_i[t], best_v, best_i)) best_v = sh.best_v[t], best_i = sh.best_i[t];
 }
 
+// Values [4 i, 4 i + 4) of the embedding of `token`, widened to f32 exactly as the per-op
+// embedding lookup widens them (embedding.cu); fp8 layers keep a bf16 embedding.
+template <class W>
+__device__ __forceinline__ float4 embedding4(const DecodeStep& s, int32_t token, int i) {
+  const int H = s.hidden;
+  if constexpr (kIsQ8<W>) {
+    const char4 q = reinterpret_cast<const char4*>(static_cast<const int8_t*>(s.embed) + size_t(token) * H)[i];
+    const float d = __half2float(static_cast<const __half*>(s.embed_scale)[size_t(token) * (H / kQ8Block) + i / 8]);
+    return make_float4(d * float(q.x), d * float(q.y), d * float(q.z), d * float(q.w));
+  } else if constexpr (kIsKQ<W>) {
+    const bool q6 = !s.embed;  // a table is all Q4_K (at embed) or all Q6_K (at embed_scale)
+    const uint8_t* row = q6 ? static_cast<const uint8_t*>(s.embed_scale) + size_t(token) * q6k_row_bytes(H)
+                            : static_cast<const uint8_t*>(s.embed) + size_t(token) * q4k_row_bytes(H);
+    return make_float4(kq_weight(row, q6, H, 4 * i), kq_weight(row, q6, H, 4 * i + 1), kq_weight(row, q6, H, 4 * i + 2),
+                       kq_weight(row, q6, H, 4 * i + 3));
+  } else {
+    using EW = std::conditional_t<kIsFp8<W>, __nv_bfloat16, W>;
+    const EW* row = static_cast<const EW*>(s.embed) + size_t(token) * H;
+    return make_float4(to_float(row[4 * i]), to_float(row[4 * i + 1]), to_float(row[4 * i + 2]), to_float(row[4 * i + 3]));
+  }
+}
+
 // 16 warps and one block per multiprocessor: 128 registers a thread (4 warps share each
 // quarter of the register file).
 template <class W, class HW>
 __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep s, int stages) {
-  using EW = std::conditional_t<std::is_same_v<W, __nv_fp8_e4m3>, __nv_bfloat16, W>;  // the embedding
+  constexpr bool kBlocks = kQ8Inputs<W>;  // Q8_0 or K-quant layers (and lm_head of the same kind)
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ Shared sh;
   constexpr int S = kStageBytesFor<W>;
@@ -576,11 +836,17 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
       sh.issued[i] = -1;
     }
     for (int i = 0; i < kSliceSlots; ++i) sh.slices_done[i] = 0;
+    for (int i = 0; i < kMaxStages; ++i) sh.units_done[i] = 0;
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
   if (warp == kConsumerWarps) {
-    if (threadIdx.x % kWarp == 0) produce<W, HW>(s, stages, ring, sh);
+    if (threadIdx.x % kWarp == 0) {
+      if constexpr (kBlocks)
+        produce_blocks<W, S>(s, stages, ring, sh);
+      else
+        produce<W, HW>(s, stages, ring, sh);
+    }
     return;
   }
 
@@ -595,49 +861,58 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
   };
   const int H = s.hidden, I = s.intermediate;
   const int pos = *s.pos;
-  const EW* embed_row = static_cast<const EW*>(s.embed) + size_t(*s.token) * H;
+  const int32_t token = *s.token;
   int tile = 0;
   const Share hidden_rows(H);  // this block's rows of o_proj and down, whose epilogues add to x
   const auto x_at = [&](int i) { return __ldcg(reinterpret_cast<const float4*>(s.x) + i); };
   const auto embedding_at = [&](int i) {  // the token's embedding, which block 0 also writes to x
-    const float4 v = make_float4(to_float(embed_row[4 * i]), to_float(embed_row[4 * i + 1]),
-                                 to_float(embed_row[4 * i + 2]), to_float(embed_row[4 * i + 3]));
+    const float4 v = embedding4<W>(s, token, i);
     if (blockIdx.x == 0) reinterpret_cast<float4*>(s.x)[i] = v;
     return v;
   };
+  // Matrix m of the step times the staged input; the lm_head (m = 4 layers) is of type HW.
+  const auto product = [&](int m, auto epilogue) {
+    if constexpr (kBlocks) {
+      Part parts[2];
+      const int n = parts_of<W>(s, m, parts);
+      const Q8Inputs q8 = staged_q8(in, parts[0].K);
+      for (int p = 0; p < n; ++p) consume_blocks<W, S>(parts[p], q8, tile, stages, ring, sh, epilogue);
+    } else if (m == 4 * s.layers) {
+      consume<HW, S>(matrix_of<W, HW>(s, m), in, tile, stages, ring, sh, epilogue);
+    } else {
+      consume<W, S>(matrix_of<W, HW>(s, m), in, tile, stages, ring, sh, epilogue);
+    }
+  };
   for (int l = 0; l < s.layers; ++l) {
     const DecodeLayer& layer = s.layer[l];
-    float inv = l == 0 ? stage_normed(embedding_at, H, s.eps, layer.attn_norm, in, sh)
-                       : stage_normed(x_at, H, s.eps, layer.attn_norm, in, sh);
-    consume<W, S>(matrix_of<W, HW>(s, 4 * l), in, tile, stages, ring, sh, [&](int r, float y) { s.qkv[r] = y * inv; });
+    float inv = l == 0 ? stage_normed<kBlocks>(embedding_at, H, s.eps, layer.attn_norm, in, sh)
+                       : stage_normed<kBlocks>(x_at, H, s.eps, layer.attn_norm, in, sh);
+    product(4 * l, [&](int r, float y) { s.qkv[r] = y * inv; });
     sync_grid();
 
     attention(s, layer, pos, in);
     sync_grid();
 
     read_residual(s.x, hidden_rows, sh);
-    stage_attention(s, attention_chunks(s, pos + 1), in);
-    consume<W, S>(matrix_of<W, HW>(s, 4 * l + 1), in, tile, stages, ring, sh,
-               [&](int r, float y) { s.x[r] = sh.residual[r - hidden_rows.begin] + y; });
+    stage_attention<kBlocks>(s, attention_chunks(s, pos + 1), in);
+    product(4 * l + 1, [&](int r, float y) { s.x[r] = sh.residual[r - hidden_rows.begin] + y; });
     sync_grid();
 
-    inv = stage_normed(x_at, H, s.eps, layer.mlp_norm, in, sh);
-    consume<W, S>(matrix_of<W, HW>(s, 4 * l + 2), in, tile, stages, ring, sh,
-               [&](int r, float y) { s.gate_up[r] = y * inv; });
+    inv = stage_normed<kBlocks>(x_at, H, s.eps, layer.mlp_norm, in, sh);
+    product(4 * l + 2, [&](int r, float y) { s.gate_up[r] = y * inv; });
     sync_grid();
 
     read_residual(s.x, hidden_rows, sh);
-    stage_swiglu(s.gate_up, I, in);
-    consume<W, S>(matrix_of<W, HW>(s, 4 * l + 3), in, tile, stages, ring, sh,
-               [&](int r, float y) { s.x[r] = sh.residual[r - hidden_rows.begin] + y; });
+    stage_swiglu<kBlocks>(s.gate_up, I, in);
+    product(4 * l + 3, [&](int r, float y) { s.x[r] = sh.residual[r - hidden_rows.begin] + y; });
     sync_grid();
   }
 
   // lm_head and the argmax: each thread keeps the best of the rows it finished.
-  const float inv = stage_normed(x_at, H, s.eps, s.final_norm, in, sh);
+  const float inv = stage_normed<kBlocks>(x_at, H, s.eps, s.final_norm, in, sh);
   float best_v = -INFINITY;
   int best_i = 0x7fffffff;
-  consume<HW, S>(matrix_of<W, HW>(s, 4 * s.layers), in, tile, stages, ring, sh, [&](int r, float y) {
+  product(4 * s.layers, [&](int r, float y) {
     y *= inv;
     if (s.logits) s.logits[r] = y;
     if (better(y, r, best_v, best_i)) best_v = y, best_i = r;
@@ -671,8 +946,11 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
 }
 
 // Calls f with null pointers of the layers' and lm_head's element types: lm_head's is the
-// layers' or fp8 (`lm_head: fp8`).
+// layers' or fp8 (`lm_head: fp8`); Q8_0 (Q8Weight) and K-quant (KQWeight) layers with an
+// lm_head of their own kind (block_step_misfit refuses the rest).
 template <class F> void with_step_types(const DecodeStep& s, F&& f) {
+  if (s.dtype == DType::Q8_0) return f(static_cast<const Q8Weight*>(nullptr), static_cast<const Q8Weight*>(nullptr));
+  if (s.dtype == DType::Q4_K) return f(static_cast<const KQWeight*>(nullptr), static_cast<const KQWeight*>(nullptr));
   with_weight_type(s.dtype, [&](auto layers) {
     if (s.head_dtype == DType::F8_E4M3)
       f(layers, static_cast<const __nv_fp8_e4m3*>(nullptr));
@@ -681,13 +959,35 @@ template <class F> void with_step_types(const DecodeStep& s, F&& f) {
   });
 }
 
-size_t input_floats(const DecodeStep& s) {
-  const size_t widest = std::max({size_t(s.hidden), size_t(s.heads) * s.head_dim, size_t(s.intermediate),
-                                  kConsumerWarps * softmax_stride(s.head_dim)});
-  return (widest + 3) / 4 * 4;
+bool block_layers(const DecodeStep& s) { return s.dtype == DType::Q8_0 || s.dtype == DType::Q4_K; }
+
+// Shared memory for the phases' input vector: f32 for dense and fp8 matrices, int8 per 32
+// with its scales for block-quantized ones (put4), and the attention's partials per warp.
+size_t input_bytes(const DecodeStep& s) {
+  const int widest = std::max({s.hidden, s.heads * s.head_dim, s.intermediate});
+  const size_t vector = block_layers(s) ? stage_q8_bytes(widest) : size_t(widest) * sizeof(float);
+  const size_t bytes = std::max(vector, kConsumerWarps * softmax_stride(s.head_dim) * sizeof(float));
+  return (bytes + 15) / 16 * 16;
 }
 
 }  // namespace
+
+// Why the persistent step cannot read a model's block-quantized matrices ("" when it can): its
+// tiles are whole rows (a stage must hold one), Q8_0 tiles copy their scales in 16-byte pieces,
+// and lm_head and the embedding are of the layers' kind.
+std::string block_step_misfit(const DecodeStep& s) {
+  const bool q8 = s.dtype == DType::Q8_0;
+  if (s.head_dtype != s.dtype || s.embed_dtype != s.dtype)
+    return "an lm_head and embedding of the layers' format (" + std::string(dtype_name(s.head_dtype)) + " with " +
+           dtype_name(s.dtype) + " layers)";
+  for (const int K : {s.hidden, s.heads * s.head_dim, s.intermediate}) {
+    if (q8 && K % 256 != 0) return "Q8_0 rows of a multiple of 256 weights (a row of " + std::to_string(K) + ")";
+    const size_t row = q8 ? size_t(K) + size_t(K) / kQ8Block * 2 : std::max(q4k_row_bytes(K), q6k_row_bytes(K));
+    if (row > size_t(kStageBytes))
+      return "rows of at most " + std::to_string(kStageBytes / 1024) + " KB (a row of " + std::to_string(row) + " bytes)";
+  }
+  return "";
+}
 
 size_t decode_step_partial_floats(int heads, int head_dim) { return size_t(heads) * kMaxChunks * softmax_stride(head_dim); }
 int decode_step_sync_words() { return kSyncWords; }
@@ -706,8 +1006,13 @@ DecodeStepPlan plan_decode_step(const DecodeStep& s, int device) {
     plan.refused = "at most " + std::to_string(kConsumers) + " rows of the hidden size per multiprocessor";
     return plan;
   }
-  const size_t element = dtype_size(s.dtype);
+  if (block_layers(s)) {
+    plan.refused = block_step_misfit(s);
+    if (!plan.refused.empty()) return plan;
+  }
+  const size_t element = block_layers(s) ? 1 : dtype_size(s.dtype);
   for (int K : {s.hidden, s.heads * hd, s.intermediate}) {
+    if (block_layers(s)) break;  // block_step_misfit checked them
     if ((size_t(K) * element) % 16 != 0 || (size_t(s.hidden) * dtype_size(s.head_dtype)) % 16 != 0) {
       plan.refused = "rows of a multiple of 16 bytes";
       return plan;
@@ -730,7 +1035,7 @@ DecodeStepPlan plan_decode_step(const DecodeStep& s, int device) {
     const auto kernel = decode_step_kernel<WeightOf<decltype(layers)>, WeightOf<decltype(head)>>;
     cudaFuncAttributes attributes{};
     check_cuda(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
-    const size_t in_bytes = input_floats(s) * sizeof(float), fixed = in_bytes + attributes.sharedSizeBytes;
+    const size_t in_bytes = input_bytes(s), fixed = in_bytes + attributes.sharedSizeBytes;
     const size_t stage = size_t(kStageBytesFor<WeightOf<decltype(layers)>>);
     if (size_t(optin) < fixed + 2 * stage) {
       plan.refused = "more shared memory than the device has for its widest input vector";

@@ -24,19 +24,24 @@ struct DecodeLayer {
   const void* w_down = nullptr;     // [hidden, intermediate]
   const float* attn_norm = nullptr;
   const float* mlp_norm = nullptr;
-  // F8_E4M3 weights: a scale per row of each matrix (model/fp8.h); null otherwise.
-  const float* wqkv_scale = nullptr;
-  const float* wo_scale = nullptr;
-  const float* w_gate_up_scale = nullptr;
-  const float* w_down_scale = nullptr;
+  // The matrices' second buffers, as the per-op kernels read them (RowMatrix::scale): F8_E4M3 an
+  // f32 scale per row (model/fp8.h), Q8_0 the f16 block scales, K-quants the Q6_K rows (the
+  // matrix buffer then holds the Q4_K rows before them); null otherwise.
+  const void* wqkv_scale = nullptr;
+  const void* wo_scale = nullptr;
+  const void* w_gate_up_scale = nullptr;
+  const void* w_down_scale = nullptr;
+  int qkv_q6_from = 0;  // K-quants: q/k/v's first Q6_K row when it has both formats
   float* k_cache = nullptr;  // [capacity, kv_heads * head_dim]
   float* v_cache = nullptr;
 };
 
 struct DecodeStep {
-  DType dtype = DType::BF16;       // the layers' matrices; the embedding's too, but bf16 for F8_E4M3
-  DType head_dtype = DType::BF16;  // lm_head's: dtype or F8_E4M3
-  const float* lm_head_scale = nullptr;  // F8_E4M3: a scale per vocabulary row
+  DType dtype = DType::BF16;        // the layers' matrices (Q4_K: K-quant ones, kquant.cuh)
+  DType head_dtype = DType::BF16;   // lm_head's: dtype or F8_E4M3
+  DType embed_dtype = DType::BF16;  // the embedding's: dtype, but bf16 for F8_E4M3
+  const void* lm_head_scale = nullptr;  // lm_head's second buffer, as DecodeLayer's
+  const void* embed_scale = nullptr;    // the embedding's (Q8_0 and K-quant tables)
   int layers = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
   float eps = 1e-6f;
   const DecodeLayer* layer = nullptr;  // device array [layers]
@@ -68,6 +73,9 @@ struct DecodeStepPlan {
   size_t smem = 0;
 };
 DecodeStepPlan plan_decode_step(const DecodeStep& s, int device);
+// For Q8_0 and K-quant layers (dtype Q8_0 or Q4_K): what the step needs of their shapes and
+// formats that s lacks, or "" (it reads only dtype, head_dtype, embed_dtype and the sizes).
+std::string block_step_misfit(const DecodeStep& s);
 
 size_t decode_step_partial_floats(int heads, int head_dim);
 int decode_step_sync_words();

@@ -30,6 +30,22 @@ struct KQWeight {
 template <class W> constexpr bool kIsKQ = std::is_same_v<W, KQWeight>;
 constexpr int kKBlock = 256;  // weights of a Q4_K or Q6_K block
 
+// Loads of the dot products below: from global memory (weights streamed past L1, headers and
+// scales through the read-only cache), or with kTile from a tile the persistent step copied to
+// shared memory (decode_step.cu).
+template <bool kTile> __device__ __forceinline__ uint4 weight16(const void* p) {
+  if constexpr (kTile)
+    return *reinterpret_cast<const uint4*>(p);
+  else
+    return load_stream(p);
+}
+template <bool kTile, class T> __device__ __forceinline__ T read_only(const T* p) {
+  if constexpr (kTile)
+    return *p;
+  else
+    return __ldg(p);
+}
+
 // Byte k (0..11) of a Q4_K header's scales (the header's words y, z, w).
 __device__ __forceinline__ uint32_t q4k_scale_byte(const uint4& h, int k) {
   const uint32_t word = k < 4 ? h.y : k < 8 ? h.z : h.w;
@@ -199,12 +215,12 @@ __device__ __forceinline__ size_t q6k_d_at(int K, int c) {
 // acc[r][t] += row r . x[t] over chunks [c_begin, c_end) of R Q4_K rows (layout above), as
 // warp_dot_rows (common.cuh) does for the other types; summed across the warp by the caller.
 // One token loads kKqUnroll chunks of each row before it uses them (RUNAHEAD_KQ_UNROLL at build
-// time, to measure another).
+// time, to measure another). kTile: the rows lie in a tile in shared memory (weight16).
 #ifndef RUNAHEAD_KQ_UNROLL
 #define RUNAHEAD_KQ_UNROLL 2
 #endif
 constexpr int kKqUnroll = RUNAHEAD_KQ_UNROLL;
-template <int R, int NT>
+template <int R, int NT, bool kTile = false>
 __device__ __forceinline__ void q4k_dot_rows(const uint8_t* const (&row)[R], int K, int c_begin, int c_end,
                                              const Q8Inputs& in, int n, float (&acc)[R][NT]) {
   constexpr int U = NT > 1 ? 1 : kKqUnroll;
@@ -216,8 +232,8 @@ __device__ __forceinline__ void q4k_dot_rows(const uint8_t* const (&row)[R], int
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int c = c0 + 32 * u;
-        qv[u][r] = c < c_end ? load_stream(row[r] + size_t(c) * 16) : make_uint4(0, 0, 0, 0);
-        hv[u][r] = c < c_end ? __ldg(reinterpret_cast<const uint4*>(row[r] + K / 2) + c / 8) : make_uint4(0, 0, 0, 0);
+        qv[u][r] = c < c_end ? weight16<kTile>(row[r] + size_t(c) * 16) : make_uint4(0, 0, 0, 0);
+        hv[u][r] = c < c_end ? read_only<kTile>(reinterpret_cast<const uint4*>(row[r] + K / 2) + c / 8) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -229,7 +245,7 @@ __device__ __forceinline__ void q4k_dot_rows(const uint8_t* const (&row)[R], int
 }
 
 // As q4k_dot_rows for R Q6_K rows.
-template <int R, int NT>
+template <int R, int NT, bool kTile = false>
 __device__ __forceinline__ void q6k_dot_rows(const uint8_t* const (&row)[R], int K, int c_begin, int c_end,
                                              const Q8Inputs& in, int n, float (&acc)[R][NT]) {
   constexpr int U = NT > 1 ? 1 : kKqUnroll;
@@ -244,10 +260,10 @@ __device__ __forceinline__ void q6k_dot_rows(const uint8_t* const (&row)[R], int
       for (int r = 0; r < R; ++r) {
         const int c = c0 + 32 * u;
         const bool in_range = c < c_end;
-        lv[u][r] = in_range ? load_stream(row[r] + size_t(c) * 16) : make_uint4(0, 0, 0, 0);
-        hv[u][r] = in_range ? __ldg(reinterpret_cast<const uint4*>(row[r] + q6k_high_at(K, c))) : make_uint4(0, 0, 0, 0);
-        sc[u][r] = in_range ? __ldg(reinterpret_cast<const uint2*>(row[r] + q6k_scales_at(K, c))) : make_uint2(0, 0);
-        d2[u][r] = in_range ? __ldg(reinterpret_cast<const uint32_t*>(row[r] + q6k_d_at(K, c))) : 0u;
+        lv[u][r] = in_range ? weight16<kTile>(row[r] + size_t(c) * 16) : make_uint4(0, 0, 0, 0);
+        hv[u][r] = in_range ? read_only<kTile>(reinterpret_cast<const uint4*>(row[r] + q6k_high_at(K, c))) : make_uint4(0, 0, 0, 0);
+        sc[u][r] = in_range ? read_only<kTile>(reinterpret_cast<const uint2*>(row[r] + q6k_scales_at(K, c))) : make_uint2(0, 0);
+        d2[u][r] = in_range ? read_only<kTile>(reinterpret_cast<const uint32_t*>(row[r] + q6k_d_at(K, c))) : 0u;
       }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
