@@ -74,8 +74,8 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
         : "memory");
   } while (!done);
 }
-// bytes from global src to shared dst; completion is counted on `bar`. Weights are read
-// once per step, so they are marked first to leave L2.
+// bytes from global src to shared dst; completion is counted on `bar`; `policy`:
+// evict_first_policy().
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar,
                                           uint64_t policy) {
   asm volatile(
@@ -83,6 +83,13 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
       "%4;" ::"r"(smem_address(dst)),
       "l"(src), "r"(bytes), "r"(smem_address(bar)), "l"(policy)
       : "memory");
+}
+
+// The L2 policy of the weights' bulk copies: read once per step, so first to leave.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
 }
 
 // The consumer warps only (the producer warp runs ahead and never joins).
@@ -189,8 +196,7 @@ struct Shared {
 // The producer: every tile of every matrix of the step, in order.
 template <class W, class HW>
 __device__ void produce(const DecodeStep& s, int stages, unsigned char* ring, Shared& sh) {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  const uint64_t policy = evict_first_policy();
   int tile = 0;
   for (int m = 0; m <= 4 * s.layers; ++m) {
     const Matrix mat = matrix_of<W, HW>(s, m);
@@ -392,8 +398,7 @@ struct BlockTiling {
 // The producer for block-quantized layers: every tile of every part of the step, in order.
 template <class W, int S>
 __device__ void produce_blocks(const DecodeStep& s, int stages, unsigned char* ring, Shared& sh) {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  const uint64_t policy = evict_first_policy();
   int tile = 0;
   for (int m = 0; m <= 4 * s.layers; ++m) {
     Part parts[2];
@@ -545,7 +550,7 @@ __device__ __forceinline__ void read_residual(const float* x, const Share& rows,
   if (threadIdx.x < rows.end - rows.begin) sh.residual[threadIdx.x] = __ldcg(x + rows.begin + threadIdx.x);
 }
 
-// in[k] = v[k] * g[k] for k < H (H % 32 == 0), where load(i) gives v[4i, 4i + 4), written by
+// in[k] = v[k] * g[k] for k < H (H % 4 == 0; kQ8: H % 32), where load(i) gives v[4i, 4i + 4), written by
 // put4 (kQ8: quantized); returns rsqrt(mean(v^2) + eps), by which the phase scales its dot
 // products (rmsnorm(v) * g . w = that * (v * g . w)), so staging needs one barrier. kBatch
 // loads in flight per thread; every lane of a warp runs the same iterations (put4).
@@ -755,7 +760,7 @@ __device__ void stage_attention(const DecodeStep& s, int chunks, float* in) {
   consumers_sync();
 }
 
-// in[j] = silu(gate[j]) * up[j] for j < I (I % 32 == 0), written by put4: float4 loads, kBatch
+// in[j] = silu(gate[j]) * up[j] for j < I (I % 4 == 0; kQ8: I % 32), written by put4: float4 loads, kBatch
 // in flight per thread; every lane of a warp runs the same iterations.
 template <bool kQ8>
 __device__ void stage_swiglu(const float* gate_up, int I, float* in) {
