@@ -19,7 +19,8 @@
 //   gate_up    in = rmsnorm(x) * mlp_norm;  gate_up = in Wgu^T
 //   down       in = silu(gate) * up;  x += in Wdown^T
 // and at the end lm_head: logits = rmsnorm(x) * final_norm . W^T and the argmax, which the
-// last block to finish reduces and passes to StepEnd.
+// last block to finish reduces and passes to StepEnd. Q8_0 and K-quant layers take the same
+// phases with tiles of whole rows and int8 inputs ("block-quantized layers" below).
 #include <algorithm>
 #include <cmath>
 #include <mutex>
