@@ -194,6 +194,56 @@ TEST_CASE("cuda k-quant: a layout the kernels cannot read or fp8 runs widened to
   CHECK(quantized_check(*cuda).first);
 }
 
+// o_proj's int8 inputs are written by attention's merge instead of by a launch of their own: the
+// same bits, so the same logits bit for bit, on one token, chunks of a prompt and a verify step.
+TEST_CASE("cuda k-quant: o_proj inputs quantized by attention give the same logits as a launch of their own") {
+  if (!have_device()) return;
+  const ModelWeights base = k_quant_base(false);
+  const ModelWeights q4 = quantize_matrices(base, QuantType::Q4_K), q6 = quantize_matrices(base, QuantType::Q6_K);
+  const struct {
+    const char* name;
+    std::shared_ptr<const ModelWeights> w;
+  } models[] = {
+      {"q4_k_m", mix(q4, q6, [](int l, Role r) { return (l == 0 && r == Role::Wv) || (l == 1 && r == Role::WDown); })},
+      {"q8_0", std::make_shared<const ModelWeights>(quantize_matrices(base, QuantType::Q8_0))},
+  };
+  BackendOptions options;
+  options.context_length = 256;
+  options.require = {"quantized_kernels"};     // this small Q8_0 model would otherwise run widened to bf16
+  setenv("RUNAHEAD_CUDA_PERSISTENT", "0", 1);  // the kernel-per-op path, where the launches were
+  for (const auto& m : models) {
+    CAPTURE(m.name);
+    const int V = m.w->config.vocab_size;
+    auto fused = make_cuda_backend(m.w, options);
+    setenv("RUNAHEAD_CUDA_FUSED_Q8", "0", 1);
+    auto separate = make_cuda_backend(m.w, options);
+    unsetenv("RUNAHEAD_CUDA_FUSED_Q8");
+    CHECK(fused->describe()["optimizations"]["o_proj_inputs_quantized_by_attention"] == true);
+    CHECK(separate->describe()["optimizations"]["o_proj_inputs_quantized_by_attention"] == false);
+    std::mt19937 rng(23);
+    const std::vector<int32_t> prompt = random_tokens(40, V, rng);
+    std::vector<float> a, b;
+    fused->forward(prompt, 8, a);
+    separate->forward(prompt, 8, b);
+    CHECK(a == b);
+    int32_t next = argmax_row(a, 7, V);
+    for (int i = 0; i < 6; ++i) {
+      fused->forward(std::span<const int32_t>(&next, 1), 1, a);
+      separate->forward(std::span<const int32_t>(&next, 1), 1, b);
+      CHECK(a == b);
+      next = argmax_row(a, 0, V);
+    }
+    const std::vector<int32_t> draft = random_tokens(5, V, rng);
+    const GreedyVerdict x = fused->verify_greedy(next, draft), y = separate->verify_greedy(next, draft);
+    CHECK(x.accepted == y.accepted);
+    CHECK(x.next == y.next);
+    fused->forward(std::span<const int32_t>(&x.next, 1), 1, a);
+    separate->forward(std::span<const int32_t>(&y.next, 1), 1, b);
+    CHECK(a == b);
+  }
+  unsetenv("RUNAHEAD_CUDA_PERSISTENT");
+}
+
 TEST_CASE("cuda k-quant: a Q4_K_M load reads the blocks without a warning, on either decode path") {
   if (!have_device()) return;
   TempDir dir;

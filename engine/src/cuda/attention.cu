@@ -132,11 +132,18 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
     if (s < S) weight[s] = w / den;
   }
   __syncthreads();
+  const int width = a.heads * hd;
   for (int d = threadIdx.x; d < hd; d += kThreads) {
     float num = 0.0f;
 #pragma unroll 8
     for (int s = 0; s < S; ++s) num = fmaf(weight[s], __ldcg(part + s * stride + 2 + d), num);
-    out[(size_t(t) * a.heads + h) * hd + d] = num;
+    const size_t k = size_t(h) * hd + d;
+    out[size_t(t) * width + k] = num;
+    if (a.q8.q) {  // a warp holds whole groups of 32 (head_dim a multiple of 32)
+      float scale;
+      a.q8.q[size_t(t) * width + k] = q8_lane(num, scale);
+      if (threadIdx.x % kWarp == 0) a.q8.d[size_t(t) * (width / 32) + k / 32] = scale;
+    }
   }
   if (threadIdx.x == 0) *counter = 0;
 }
@@ -155,6 +162,7 @@ size_t attention_partial_floats(int heads, int head_dim, int splits) {
 
 void attention_decode(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
                       cudaStream_t stream) {
+  if (a.q8.q && a.head_dim % 32 != 0) throw EngineError("internal", "attention_decode: quantized outputs need head_dim % 32 == 0");
   if (a.head_dim % 4 != 0 || kThreads % (a.head_dim / 4) != 0 || a.head_dim > kMaxHeadDim)
     throw EngineError("unsupported", "head_dim " + std::to_string(a.head_dim) +
                                          ": the CUDA attention needs a multiple of 4 that divides 512, at most 128");

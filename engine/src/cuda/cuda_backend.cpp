@@ -221,6 +221,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"fused_rmsnorm_qkv_rope_kv_append", true},
               {"fused_rmsnorm_gate_up_swiglu", true},
               {"split_k_decode_attention", attention_.splits},
+              {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"tensor_core_prefill", tensor_cores},
               {"prefill_gemm", tensor_cores ? gemm_bf16_impl() : "none"},
               {"tensor_core_prefill_min_tokens", kTensorCoreMinTokens},
@@ -593,6 +594,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
       q8_q_ = DeviceBuffer(size_t(kMaxVecTokens) * widest);
       q8_d_ = DeviceBuffer(size_t(kMaxVecTokens) * (widest / 32) * sizeof(float));
     }
+    // o_proj's int8 inputs written by attention's merge instead of by a launch of their own;
+    // RUNAHEAD_CUDA_FUSED_Q8=0 keeps the launch, to measure what this gains.
+    const char* fused = std::getenv("RUNAHEAD_CUDA_FUSED_Q8");
+    attention_q8_ = reads_int8(layer_dtype_) && hd % 32 == 0 && !(fused && std::string(fused) == "0");
   }
 
   // The persistent decode step (decode_step.h): its layer table and scratch.
@@ -824,6 +829,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const size_t kvd = size_t(c_.num_kv_heads) * c_.head_dim;
     a.k_cache = k_cache_.get<float>() + size_t(l) * capacity_ * kvd;
     a.v_cache = v_cache_.get<float>() + size_t(l) * capacity_ * kvd;
+    if (attention_q8_) a.q8 = q8_inputs();
     return a;
   }
 
@@ -846,8 +852,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   // x += in W^T for the layer's matrix `role` (o_proj or down).
   void enqueue_matmul_residual(int l, Role role, const float* in, int n) {
     const Tensor& w = w_->layers[l][role];
+    const bool from_attention = attention_q8_ && in == att_.get<float>();
     matvec_residual_add(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
-                        int(w.cols()), in, n, x_.get<float>(), q8_inputs(), sms_, stream_);
+                        int(w.cols()), in, n, x_.get<float>(), q8_inputs(), sms_, stream_,
+                        from_attention);
   }
 
   float* buffer(Buffer b) const {
@@ -1136,6 +1144,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer pos_d_, tokens_d_, x_, q_, att_, act_, logits_d_, head_partial_, head_counter_;
   DeviceBuffer attention_partial_, attention_counters_, sampling_d_;
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
+  bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   DeviceBuffer q8_q_, q8_d_;  // Q8_0 and K-quant matrices: their inputs quantized (q8_inputs())
   DeviceBuffer step_layers_, step_qkv_, step_gate_up_, step_partial_, step_best_, step_sync_;
   DecodeStep step_;

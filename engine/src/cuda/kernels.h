@@ -97,6 +97,9 @@ struct DecodeAttention {
   const float* v_cache = nullptr;
   float* partial = nullptr;  // attention_partial_floats(...)
   int* counters = nullptr;   // [kMaxVecTokens * heads], zero before the first launch
+  // When set (head_dim a multiple of 32): out is also written quantized per 32 as
+  // quantize_inputs_q8 would (the same bits), so a Q8_0 or K-quant o_proj needs no launch of its own.
+  Q8Scratch q8{};
 };
 int attention_splits(int heads, int sms);
 size_t attention_partial_floats(int heads, int head_dim, int splits);
@@ -108,9 +111,10 @@ void attention_decode(const DecodeAttention& a, const float* q, int n, const int
 // an F8_E4M3 matrix's f32 scale per row (model/fp8.h), a Q8_0 matrix's f16 block scales
 // ([rows, K / 32]; the matrix itself is then its int8 weights, [rows, K]: q8_0.cu), a K-quant
 // matrix's Q6_K rows (dtype Q4_K; the matrix itself is its Q4_K rows: kquant.cuh), else null.
-// `q8`: a Q8_0 or K-quant matrix's quantized inputs (here and below).
+// `q8`: a Q8_0 or K-quant matrix's quantized inputs (here and below); `quantized`: q8 already
+// holds `in` quantized (written by the op before), else this quantizes it first.
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
-                         float* x, const Q8Scratch& q8, int sms, cudaStream_t stream);
+                         float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false);
 
 // gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
 // u = ... . Wu[j]   w_gate_up: [2I, H], Wg its first I rows, Wu the rest; x: [n, H], act: [n, I]

@@ -36,10 +36,10 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_
 }  // namespace
 
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
-                         float* x, const Q8Scratch& q8, int sms, cudaStream_t stream) {
+                         float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized) {
   with_matrix_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
-    if constexpr (kQ8Inputs<W>) quantize_inputs_q8(in, nullptr, n, K, q8, stream);
+    if constexpr (kQ8Inputs<W>) if (!quantized) quantize_inputs_q8(in, nullptr, n, K, q8, stream);
     auto kernel = for_vec_tokens(n, [](auto nt) { return matvec_residual_add_kernel<W, decltype(nt)::value>; });
     const int split = gemv_split(rows / 2, K, sms, blocks_per_sm(kernel, kGemvThreads, 0));
     const int blocks = resident_blocks(kernel, kGemvThreads, 0, rows / 2, kGemvWarps / split, sms);
