@@ -9,6 +9,8 @@
 #ifdef RUNAHEAD_CUDA
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -240,6 +242,56 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention give the same logi
     fused->forward(std::span<const int32_t>(&x.next, 1), 1, a);
     separate->forward(std::span<const int32_t>(&y.next, 1), 1, b);
     CHECK(a == b);
+  }
+  unsetenv("RUNAHEAD_CUDA_PERSISTENT");
+}
+
+// One token's gate/up on K-quant rows of one format streams its rows through a ring of bulk
+// copies in shared memory (gate_up_swiglu.cu); RUNAHEAD_CUDA_KQ_RING=0 keeps the warps' own
+// loads. The same products; where the per-warp kernel splits a short row over several warps
+// the sums are added in another order, so the logits agree to a small fraction of the largest.
+TEST_CASE("cuda k-quant: gate/up through the bulk-copy ring computes what the per-warp loads compute") {
+  if (!have_device()) return;
+  const ModelWeights base = k_quant_base(false);
+  const ModelWeights q4 = quantize_matrices(base, QuantType::Q4_K), q6 = quantize_matrices(base, QuantType::Q6_K);
+  const struct {
+    const char* name;
+    std::shared_ptr<const ModelWeights> w;
+  } models[] = {
+      {"q4_k", std::make_shared<const ModelWeights>(q4)},
+      {"q6_k", std::make_shared<const ModelWeights>(q6)},
+      {"q4_k_m", mix(q4, q6, [](int l, Role r) { return (l == 0 && r == Role::Wv) || (l == 1 && r == Role::WDown); })},
+  };
+  BackendOptions options;
+  options.context_length = 256;
+  setenv("RUNAHEAD_CUDA_PERSISTENT", "0", 1);
+  for (const auto& m : models) {
+    CAPTURE(m.name);
+    const int V = m.w->config.vocab_size;
+    setenv("RUNAHEAD_CUDA_KQ_RING", "force", 1);  // this small model would not use it on its own
+    auto ring = make_cuda_backend(m.w, options);
+    setenv("RUNAHEAD_CUDA_KQ_RING", "0", 1);
+    auto loads = make_cuda_backend(m.w, options);
+    unsetenv("RUNAHEAD_CUDA_KQ_RING");
+    CHECK(ring->describe()["optimizations"]["kquant_gate_up_ring"] == true);
+    CHECK(loads->describe()["optimizations"]["kquant_gate_up_ring"] == false);
+    std::mt19937 rng(29);
+    const std::vector<int32_t> prompt = random_tokens(24, V, rng);
+    std::vector<float> a, b;
+    ring->forward(prompt, 1, a);
+    loads->forward(prompt, 1, b);
+    for (int i = 0; i < 12; ++i) {
+      int32_t next = argmax_row(b, 0, V);  // both fed the same tokens
+      ring->forward(std::span<const int32_t>(&next, 1), 1, a);
+      loads->forward(std::span<const int32_t>(&next, 1), 1, b);
+      float largest = 0.0f, diff = 0.0f;
+      for (int v = 0; v < V; ++v) {
+        largest = std::max(largest, std::fabs(b[v]));
+        diff = std::max(diff, std::fabs(a[v] - b[v]));
+      }
+      CAPTURE(i);
+      CHECK(diff <= 2e-3f * largest);
+    }
   }
   unsetenv("RUNAHEAD_CUDA_PERSISTENT");
 }

@@ -222,6 +222,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"fused_rmsnorm_gate_up_swiglu", true},
               {"split_k_decode_attention", attention_.splits},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
+              {"kquant_gate_up_ring", layer_dtype_ == DType::Q4_K && !layers_.empty() &&
+                                          gate_up_ring_applies(layers_[0].w_gate_up.get(), layers_[0].w_gate_up_scale.get(),
+                                                               c_.hidden_size, c_.intermediate_size, gate_up_ring_, sms_)},
               {"tensor_core_prefill", tensor_cores},
               {"prefill_gemm", tensor_cores ? gemm_bf16_impl() : "none"},
               {"tensor_core_prefill_min_tokens", kTensorCoreMinTokens},
@@ -598,6 +601,13 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // RUNAHEAD_CUDA_FUSED_Q8=0 keeps the launch, to measure what this gains.
     const char* fused = std::getenv("RUNAHEAD_CUDA_FUSED_Q8");
     attention_q8_ = reads_int8(layer_dtype_) && hd % 32 == 0 && !(fused && std::string(fused) == "0");
+    // One token's K-quant gate/up through a ring of bulk copies where the shape gains from it;
+    // RUNAHEAD_CUDA_KQ_RING=0: never, =force: wherever it can run (to measure and test it).
+    const char* ring = std::getenv("RUNAHEAD_CUDA_KQ_RING");
+    gate_up_ring_ = !ring                        ? GateUpRing::Auto
+                    : std::string(ring) == "0"     ? GateUpRing::Off
+                    : std::string(ring) == "force" ? GateUpRing::Forced
+                                                   : GateUpRing::Auto;
   }
 
   // The persistent decode step (decode_step.h): its layer table and scratch.
@@ -847,7 +857,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const DeviceLayer& d = layers_[l];
     rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
                            c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
-                           act_.get<float>(), q8_inputs(), sms_, stream_);
+                           act_.get<float>(), q8_inputs(), sms_, stream_, gate_up_ring_);
   }
   // x += in W^T for the layer's matrix `role` (o_proj or down).
   void enqueue_matmul_residual(int l, Role role, const float* in, int n) {
@@ -1145,6 +1155,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer attention_partial_, attention_counters_, sampling_d_;
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
+  GateUpRing gate_up_ring_ = GateUpRing::Auto;  // allocate(): K-quant gate/up's bulk-copy ring
   DeviceBuffer q8_q_, q8_d_;  // Q8_0 and K-quant matrices: their inputs quantized (q8_inputs())
   DeviceBuffer step_layers_, step_qkv_, step_gate_up_, step_partial_, step_best_, step_sync_;
   DecodeStep step_;

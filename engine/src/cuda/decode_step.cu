@@ -25,6 +25,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/common.cuh"
 #include "cuda/decode_step.h"
 
@@ -49,49 +50,6 @@ constexpr int kSyncBarrier = 0, kSyncArrivals = 1, kSyncWords = 2;  // words of 
 // A softmax partial: (max, sum, 2 unused) then head_dim outputs, so the outputs are 16-byte aligned.
 constexpr int kSoftmaxHeader = 4;
 __host__ __device__ constexpr size_t softmax_stride(int head_dim) { return size_t(head_dim) + kSoftmaxHeader; }
-
-// --- shared-memory barriers and bulk copies (sm_90) -------------------------------------
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
-  unsigned done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(smem_address(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// bytes from global src to shared dst; completion is counted on `bar`; `policy`:
-// evict_first_policy().
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar,
-                                          uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
-      "%4;" ::"r"(smem_address(dst)),
-      "l"(src), "r"(bytes), "r"(smem_address(bar)), "l"(policy)
-      : "memory");
-}
-
-// The L2 policy of the weights' bulk copies: read once per step, so first to leave.
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
 
 // The consumer warps only (the producer warp runs ahead and never joins).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(kConsumers) : "memory"); }

@@ -118,9 +118,14 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
 
 // gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
 // u = ... . Wu[j]   w_gate_up: [2I, H], Wg its first I rows, Wu the rest; x: [n, H], act: [n, I]
+// One token's gate/up on a K-quant matrix of one format may stream its rows through a ring of
+// bulk copies in shared memory rather than each warp loading its own: Auto where the shape
+// measured faster for it (gate_up_swiglu.cu), Forced wherever it can (tests), Off never.
+enum class GateUpRing { Off, Auto, Forced };
 void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
-                            cudaStream_t stream);
+                            cudaStream_t stream, GateUpRing ring = GateUpRing::Auto);
+bool gate_up_ring_applies(const void* w_gate_up, const void* scale, int H, int I, GateUpRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first
 // on ties) for t < n   W: [V, H], x: [n, H], logits: [n, V]; then `end`.
