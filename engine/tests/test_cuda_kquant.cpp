@@ -132,6 +132,32 @@ std::shared_ptr<const ModelWeights> mix(ModelWeights all, const ModelWeights& ot
   return std::make_shared<const ModelWeights>(std::move(all));
 }
 
+// llama.cpp's Q4_K_M pattern on the two-layer model: v_proj Q6_K in layer 0, down_proj in layer 1.
+std::shared_ptr<const ModelWeights> q4_k_m_mix(const ModelWeights& q4, const ModelWeights& q6) {
+  return mix(q4, q6, [](int l, Role r) { return (l == 0 && r == Role::Wv) || (l == 1 && r == Role::WDown); });
+}
+struct NamedModel {
+  const char* name;
+  std::shared_ptr<const ModelWeights> w;
+};
+
+// Two backends of the same weights on the kernel-per-op path: `on` loaded with the environment
+// switch `name` set to `value`, `off` with it "0" (each backend reads it at load).
+struct SwitchedPair {
+  std::unique_ptr<CudaBackend> on, off;
+};
+SwitchedPair switched_pair(const std::shared_ptr<const ModelWeights>& w, const BackendOptions& options, const char* name,
+                           const char* value) {
+  setenv("RUNAHEAD_CUDA_PERSISTENT", "0", 1);
+  setenv(name, value, 1);
+  SwitchedPair p{make_cuda_backend(w, options), nullptr};
+  setenv(name, "0", 1);
+  p.off = make_cuda_backend(w, options);
+  unsetenv(name);
+  unsetenv("RUNAHEAD_CUDA_PERSISTENT");
+  return p;
+}
+
 TEST_CASE("cuda k-quant: Q4_K, Q6_K and Q4_K_M's mix run as stored and compute what the same weights in f32 compute") {
   if (!have_device()) return;
   BackendOptions options;
@@ -144,13 +170,10 @@ TEST_CASE("cuda k-quant: Q4_K, Q6_K and Q4_K_M's mix run as stored and compute w
     // the embedding and lm_head of the other format when untied.
     ModelWeights q4_m = q4;
     if (!tied) q4_m.lm_head = q6.lm_head;
-    const struct {
-      const char* name;
-      std::shared_ptr<const ModelWeights> w;
-    } models[] = {
+    const NamedModel models[] = {
         {"q4_k", std::make_shared<const ModelWeights>(q4)},
         {"q6_k", std::make_shared<const ModelWeights>(q6)},
-        {"q4_k_m", mix(q4_m, q6, [](int l, Role r) { return (l == 0 && r == Role::Wv) || (l == 1 && r == Role::WDown); })},
+        {"q4_k_m", q4_k_m_mix(q4_m, q6)},
     };
     for (const auto& m : models) {
       CAPTURE(m.name);
@@ -202,24 +225,17 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention give the same logi
   if (!have_device()) return;
   const ModelWeights base = k_quant_base(false);
   const ModelWeights q4 = quantize_matrices(base, QuantType::Q4_K), q6 = quantize_matrices(base, QuantType::Q6_K);
-  const struct {
-    const char* name;
-    std::shared_ptr<const ModelWeights> w;
-  } models[] = {
-      {"q4_k_m", mix(q4, q6, [](int l, Role r) { return (l == 0 && r == Role::Wv) || (l == 1 && r == Role::WDown); })},
+  const NamedModel models[] = {
+      {"q4_k_m", q4_k_m_mix(q4, q6)},
       {"q8_0", std::make_shared<const ModelWeights>(quantize_matrices(base, QuantType::Q8_0))},
   };
   BackendOptions options;
   options.context_length = 256;
-  options.require = {"quantized_kernels"};     // this small Q8_0 model would otherwise run widened to bf16
-  setenv("RUNAHEAD_CUDA_PERSISTENT", "0", 1);  // the kernel-per-op path, where the launches were
+  options.require = {"quantized_kernels"};  // this small Q8_0 model would otherwise run widened to bf16
   for (const auto& m : models) {
     CAPTURE(m.name);
     const int V = m.w->config.vocab_size;
-    auto fused = make_cuda_backend(m.w, options);
-    setenv("RUNAHEAD_CUDA_FUSED_Q8", "0", 1);
-    auto separate = make_cuda_backend(m.w, options);
-    unsetenv("RUNAHEAD_CUDA_FUSED_Q8");
+    auto [fused, separate] = switched_pair(m.w, options, "RUNAHEAD_CUDA_FUSED_Q8", "1");
     CHECK(fused->describe()["optimizations"]["o_proj_inputs_quantized_by_attention"] == true);
     CHECK(separate->describe()["optimizations"]["o_proj_inputs_quantized_by_attention"] == false);
     std::mt19937 rng(23);
@@ -243,7 +259,6 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention give the same logi
     separate->forward(std::span<const int32_t>(&y.next, 1), 1, b);
     CHECK(a == b);
   }
-  unsetenv("RUNAHEAD_CUDA_PERSISTENT");
 }
 
 // One token's gate/up on K-quant rows of one format streams its rows through a ring of bulk
@@ -254,25 +269,18 @@ TEST_CASE("cuda k-quant: gate/up through the bulk-copy ring computes what the pe
   if (!have_device()) return;
   const ModelWeights base = k_quant_base(false);
   const ModelWeights q4 = quantize_matrices(base, QuantType::Q4_K), q6 = quantize_matrices(base, QuantType::Q6_K);
-  const struct {
-    const char* name;
-    std::shared_ptr<const ModelWeights> w;
-  } models[] = {
+  const NamedModel models[] = {
       {"q4_k", std::make_shared<const ModelWeights>(q4)},
       {"q6_k", std::make_shared<const ModelWeights>(q6)},
-      {"q4_k_m", mix(q4, q6, [](int l, Role r) { return (l == 0 && r == Role::Wv) || (l == 1 && r == Role::WDown); })},
+      {"q4_k_m", q4_k_m_mix(q4, q6)},
   };
   BackendOptions options;
   options.context_length = 256;
-  setenv("RUNAHEAD_CUDA_PERSISTENT", "0", 1);
   for (const auto& m : models) {
     CAPTURE(m.name);
     const int V = m.w->config.vocab_size;
-    setenv("RUNAHEAD_CUDA_KQ_RING", "force", 1);  // this small model would not use it on its own
-    auto ring = make_cuda_backend(m.w, options);
-    setenv("RUNAHEAD_CUDA_KQ_RING", "0", 1);
-    auto loads = make_cuda_backend(m.w, options);
-    unsetenv("RUNAHEAD_CUDA_KQ_RING");
+    // "force": these small models would not use it on their own
+    auto [ring, loads] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING", "force");
     CHECK(ring->describe()["optimizations"]["kquant_gate_up_ring"] == true);
     CHECK(loads->describe()["optimizations"]["kquant_gate_up_ring"] == false);
     std::mt19937 rng(29);
@@ -293,7 +301,6 @@ TEST_CASE("cuda k-quant: gate/up through the bulk-copy ring computes what the pe
       CHECK(diff <= 2e-3f * largest);
     }
   }
-  unsetenv("RUNAHEAD_CUDA_PERSISTENT");
 }
 
 TEST_CASE("cuda k-quant: a Q4_K_M load reads the blocks without a warning, on either decode path") {
