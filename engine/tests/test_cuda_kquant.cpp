@@ -262,8 +262,8 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention give the same logi
 }
 
 // One token's gate/up on K-quant rows of one format streams its rows through a ring of bulk
-// copies in shared memory (gate_up_swiglu.cu); RUNAHEAD_CUDA_KQ_RING=0 keeps the warps' own
-// loads. The same products; where the per-warp kernel splits a short row over several warps
+// copies in shared memory (kquant_ring.cuh), and so do o_proj and down where their rows fit;
+// RUNAHEAD_CUDA_KQ_RING=0 / RUNAHEAD_CUDA_KQ_RING_RESIDUAL=0 keep the warps' own loads. The same products; where the per-warp kernel splits a short row over several warps
 // the sums are added in another order, so the logits agree to a small fraction of the largest.
 TEST_CASE("cuda k-quant: gate/up through the bulk-copy ring computes what the per-warp loads compute") {
   if (!have_device()) return;
@@ -283,22 +283,28 @@ TEST_CASE("cuda k-quant: gate/up through the bulk-copy ring computes what the pe
     auto [ring, loads] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING", "force");
     CHECK(ring->describe()["optimizations"]["kquant_gate_up_ring"] == true);
     CHECK(loads->describe()["optimizations"]["kquant_gate_up_ring"] == false);
-    std::mt19937 rng(29);
-    const std::vector<int32_t> prompt = random_tokens(24, V, rng);
-    std::vector<float> a, b;
-    ring->forward(prompt, 1, a);
-    loads->forward(prompt, 1, b);
-    for (int i = 0; i < 12; ++i) {
-      int32_t next = argmax_row(b, 0, V);  // both fed the same tokens
-      ring->forward(std::span<const int32_t>(&next, 1), 1, a);
-      loads->forward(std::span<const int32_t>(&next, 1), 1, b);
-      float largest = 0.0f, diff = 0.0f;
-      for (int v = 0; v < V; ++v) {
-        largest = std::max(largest, std::fabs(b[v]));
-        diff = std::max(diff, std::fabs(a[v] - b[v]));
+    // o_proj and down through the ring too (rows that fit two stages), against none
+    auto [residual_ring, residual_loads] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_RESIDUAL", "1");
+    CHECK(residual_ring->describe()["optimizations"]["kquant_o_proj_down_ring"] == true);
+    CHECK(residual_loads->describe()["optimizations"]["kquant_o_proj_down_ring"] == false);
+    for (auto [x, y] : {std::pair{ring.get(), loads.get()}, std::pair{residual_ring.get(), residual_loads.get()}}) {
+      std::mt19937 rng(29);
+      const std::vector<int32_t> prompt = random_tokens(24, V, rng);
+      std::vector<float> a, b;
+      x->forward(prompt, 1, a);
+      y->forward(prompt, 1, b);
+      for (int i = 0; i < 12; ++i) {
+        int32_t next = argmax_row(b, 0, V);  // both fed the same tokens
+        x->forward(std::span<const int32_t>(&next, 1), 1, a);
+        y->forward(std::span<const int32_t>(&next, 1), 1, b);
+        float largest = 0.0f, diff = 0.0f;
+        for (int v = 0; v < V; ++v) {
+          largest = std::max(largest, std::fabs(b[v]));
+          diff = std::max(diff, std::fabs(a[v] - b[v]));
+        }
+        CAPTURE(i);
+        CHECK(diff <= 2e-3f * largest);
       }
-      CAPTURE(i);
-      CHECK(diff <= 2e-3f * largest);
     }
   }
 }

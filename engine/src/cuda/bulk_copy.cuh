@@ -3,7 +3,7 @@
 // memory into a ring of stages in shared memory with one instruction per contiguous run
 // (cp.async.bulk), the copy's completion counted in bytes on the stage's "full" barrier;
 // consumers wait on it, and free the stage by arriving on its "empty" barrier. Used by the
-// persistent step (decode_step.cu) and the K-quant gate/up ring (gate_up_swiglu.cu).
+// persistent step (decode_step.cu) and the K-quant ring (kquant_ring.cuh).
 #include <cstdint>
 
 namespace runahead::cuda {

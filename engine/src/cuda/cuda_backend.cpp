@@ -225,6 +225,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"kquant_gate_up_ring", layer_dtype_ == DType::Q4_K && !layers_.empty() &&
                                           gate_up_ring_applies(layers_[0].w_gate_up.get(), layers_[0].w_gate_up_scale.get(),
                                                                c_.hidden_size, c_.intermediate_size, gate_up_ring_, sms_)},
+              {"kquant_o_proj_down_ring", layer_dtype_ == DType::Q4_K && residual_ring_ != KqRing::Off},
               {"tensor_core_prefill", tensor_cores},
               {"prefill_gemm", tensor_cores ? gemm_bf16_impl() : "none"},
               {"tensor_core_prefill_min_tokens", kTensorCoreMinTokens},
@@ -604,10 +605,14 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // One token's K-quant gate/up through a ring of bulk copies where the shape gains from it;
     // RUNAHEAD_CUDA_KQ_RING=0: never, =force: wherever it can run (to measure and test it).
     const char* ring = std::getenv("RUNAHEAD_CUDA_KQ_RING");
-    gate_up_ring_ = !ring                        ? GateUpRing::Auto
-                    : std::string(ring) == "0"     ? GateUpRing::Off
-                    : std::string(ring) == "force" ? GateUpRing::Forced
-                                                   : GateUpRing::Auto;
+    gate_up_ring_ = !ring                        ? KqRing::Auto
+                    : std::string(ring) == "0"     ? KqRing::Off
+                    : std::string(ring) == "force" ? KqRing::Forced
+                                                   : KqRing::Auto;
+    // The same for o_proj and down wherever two stages of their rows fit (in practice o_proj:
+    // measured faster on the 1.5B and 7B shapes); RUNAHEAD_CUDA_KQ_RING_RESIDUAL=0: never.
+    const char* residual_ring = std::getenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL");
+    residual_ring_ = residual_ring && std::string(residual_ring) == "0" ? KqRing::Off : KqRing::Forced;
   }
 
   // The persistent decode step (decode_step.h): its layer table and scratch.
@@ -865,7 +870,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const bool from_attention = attention_q8_ && in == att_.get<float>();
     matvec_residual_add(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
                         int(w.cols()), in, n, x_.get<float>(), q8_inputs(), sms_, stream_,
-                        from_attention);
+                        from_attention, residual_ring_);
   }
 
   float* buffer(Buffer b) const {
@@ -1155,7 +1160,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer attention_partial_, attention_counters_, sampling_d_;
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
-  GateUpRing gate_up_ring_ = GateUpRing::Auto;  // allocate(): K-quant gate/up's bulk-copy ring
+  KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring
+  KqRing residual_ring_ = KqRing::Forced;  // allocate(): the same for o_proj and down
   DeviceBuffer q8_q_, q8_d_;  // Q8_0 and K-quant matrices: their inputs quantized (q8_inputs())
   DeviceBuffer step_layers_, step_qkv_, step_gate_up_, step_partial_, step_best_, step_sync_;
   DecodeStep step_;

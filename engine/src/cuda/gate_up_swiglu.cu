@@ -1,6 +1,6 @@
 // The MLP input in one pass over Wgate and Wup: RMSNorm, both projections, SwiGLU.
-#include "cuda/bulk_copy.cuh"
 #include "cuda/common.cuh"
+#include "cuda/kquant_ring.cuh"
 #include "cuda/kernels.h"
 
 namespace runahead::cuda {
@@ -42,134 +42,63 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
 }
 
 
-// One token's gate/up on K-quant rows of one format through a ring of bulk copies: a producer
-// thread copies tiles of kRingUnits units (their gate rows, contiguous, then their up rows)
-// into `stages` stages of shared memory, starting before pdl_wait (the weights do not depend
-// on the previous kernel), and keeps them in flight without holding registers; consumer warp w
-// multiplies unit w of each tile (its two rows) with the staged int8 inputs. The grid's blocks
-// take tiles round robin. The same dot product on the same bytes as the kernel above, so the
-// same bits where that kernel gives a whole row to one warp (the 7B shape); where it splits
-// a short row over several warps, the sums are added in another order.
-constexpr int kRingUnits = 8;                           // units a tile: one a consumer warp
-constexpr int kRingThreads = (kRingUnits + 1) * kWarp;  // + the producer warp
-constexpr int kRingMaxStages = 12;
-constexpr int kRingBlocksPerSm = 3;  // 2 measured slower on the 7B shape (2.70 against 2.67 ms/token)
-
+// One token's gate/up on K-quant rows of one format through a ring of bulk copies
+// (kquant_ring.cuh): a tile is 8 gate rows and the matching 8 up rows; the inputs are staged
+// as the kernel above stages them (stage_q8, which also sums x^2 for the norm).
 template <bool kQ6>
-__global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm) gate_up_ring_kernel(const uint8_t* rows, int row_bytes,
-                                                                                    const float* norm, float eps,
-                                                                                    int H, int I, const float* x,
-                                                                                    float* act, int stages,
-                                                                                    int staged_bytes) {
+__global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
+    gate_up_ring_kernel(RingShape shape, const float* norm, float eps, int H, const float* x, float* act) {
   extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ uint64_t full[kRingMaxStages], empty[kRingMaxStages];
-  __shared__ float squares[kRingUnits + 1];
-  unsigned char* ring = smem + staged_bytes;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int tiles = I / kRingUnits;
-  const int mine = int(blockIdx.x) < tiles ? (tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) : 0;
-  const size_t half = size_t(kRingUnits) * row_bytes;  // a tile's gate rows; its up rows follow
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < stages; ++i) {
-      mbarrier_init(&full[i], 1);
-      mbarrier_init(&empty[i], kRingUnits);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  const bool producer = warp == kRingUnits && lane == 0;
-  uint64_t policy = 0;
-  int issued = 0;
-  const auto issue = [&](int i) {  // this block's i-th tile into stage i % stages
-    const int tile = int(blockIdx.x) + i * int(gridDim.x), stage = i % stages;
-    if (i >= stages) mbarrier_wait(&empty[stage], (i / stages - 1) & 1);
-    mbarrier_expect_bytes(&full[stage], unsigned(2 * half));
-    unsigned char* dst = ring + size_t(stage) * 2 * half;
-    bulk_load(dst, rows + size_t(tile) * half, unsigned(half), &full[stage], policy);
-    bulk_load(dst + half, rows + size_t(I) * row_bytes + size_t(tile) * half, unsigned(half), &full[stage], policy);
-  };
-  if (producer) {
-    policy = evict_first_policy();
-    for (; issued < min(stages, mine); ++issued) issue(issued);
-  }
-  pdl_wait();
-  pdl_trigger();
-  float* staged = reinterpret_cast<float*>(smem);
-  const Q8Inputs in = stage_q8(x, norm, H, staged, squares);  // every thread; ends with a block barrier
-  if (warp == kRingUnits) {
-    if (producer)
-      for (; issued < mine; ++issued) issue(issued);
-    return;
-  }
-  float total = 0.0f;
-  for (int w = 0; w < kRingUnits + 1; ++w) total += squares[w];
-  const float inv = rsqrtf(total / float(H) + eps);
-  const int chunks = H / Chunk<KQWeight>::kElems;
-  for (int i = 0; i < mine; ++i) {
-    const int stage = i % stages;
-    mbarrier_wait(&full[stage], (i / stages) & 1);
-    const unsigned char* tile = ring + size_t(stage) * 2 * half;
-    const uint8_t* row[2] = {tile + size_t(warp) * row_bytes, tile + half + size_t(warp) * row_bytes};
-    float acc[2][1] = {{0.0f}, {0.0f}};
-    if constexpr (kQ6)
-      q6k_dot_rows<2, 1, true>(row, H, 0, chunks, in, 1, acc);
-    else
-      q4k_dot_rows<2, 1, true>(row, H, 0, chunks, in, 1, acc);
-    const float g = warp_sum(acc[0][0]) * inv, u = warp_sum(acc[1][0]) * inv;
-    __syncwarp();
-    if (lane == 0) {
-      mbarrier_arrive(&empty[stage]);
-      act[(size_t(blockIdx.x) + size_t(i) * gridDim.x) * kRingUnits + warp] = g / (1.0f + expf(-g)) * u;
-    }
-  }
+  __shared__ float squares[kRingWarps + 1];
+  __shared__ float inv;
+  ring_gemv<kQ6, 2>(
+      shape, H, smem,
+      [&] {
+        const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares);  // ends with a barrier
+        float total = 0.0f;
+        for (int w = 0; w < kRingWarps + 1; ++w) total += squares[w];
+        if (threadIdx.x == 0) inv = rsqrtf(total / float(H) + eps);
+        __syncthreads();
+        return in;
+      },
+      [&](int j, const float (&sum)[2]) {
+        const float g = sum[0] * inv, u = sum[1] * inv;
+        act[j] = g / (1.0f + expf(-g)) * u;
+      });
 }
 
-// The ring's launch for a gate/up matrix, or stages 0 where it does not apply: several tokens,
-// rows of both formats, I not a multiple of kRingUnits, fewer than two stages fit, or (unless
-// forced) fewer than kRingMinTiles tiles a block: measured on an H200, the ring gains where
-// each block streams several tiles (7B: six, gate/up 947 -> 841 us a step) and loses where the
-// ring's first fill is most of a block's work (1.5B: under three, 324 -> 371).
+// The ring's launch, or stages 0 where it does not apply or (Auto) where each block would get
+// fewer than kRingMinTiles tiles: measured on an H200, the ring gains where each block streams
+// several tiles (7B: six, gate/up 947 -> 841 us a step) and loses where the ring's first fill
+// is most of a block's work (1.5B: under three, 324 -> 371).
 constexpr int kRingMinTiles = 4;
-struct RingLaunch {
-  void (*kernel)(const uint8_t*, int, const float*, float, int, int, const float*, float*, int, int) = nullptr;
-  int stages = 0, row_bytes = 0, staged_bytes = 0, blocks = 0;
-  bool q6 = false;
-  size_t smem() const { return size_t(staged_bytes) + size_t(stages) * 2 * kRingUnits * row_bytes; }
+struct GateUpRingLaunch {
+  RingShape shape{};
+  void (*kernel)(RingShape, const float*, float, int, const float*, float*) = nullptr;
+  int blocks = 0;
 };
-RingLaunch ring_launch(int q6_from, int H, int I, int n, GateUpRing ring, int sms) {
-  const bool all_q6 = q6_from == 0, all_q4 = q6_from == 2 * I;
-  RingLaunch p;
-  if (ring == GateUpRing::Off || n != 1 || I % kRingUnits != 0 || !(all_q4 || all_q6)) return p;
-  p.q6 = all_q6;
-  p.row_bytes = int(all_q6 ? q6k_row_bytes(H) : q4k_row_bytes(H));
-  p.staged_bytes = int((stage_q8_bytes(H) + 127) / 128 * 128);
-  int device = 0, per_sm = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "cudaDeviceGetAttribute");
-  const int budget = per_sm / kRingBlocksPerSm - 1024 - 512;  // the runtime's 1 KB a block, static shared memory
-  const int stages = std::min(kRingMaxStages, (budget - p.staged_bytes) / (2 * kRingUnits * p.row_bytes));
-  if (stages < 2) return p;
-  p.kernel = all_q6 ? gate_up_ring_kernel<true> : gate_up_ring_kernel<false>;
-  p.stages = stages;
-  check_cuda(cudaFuncSetAttribute(p.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem())),
-             "cudaFuncSetAttribute(gate_up_ring_kernel)");
-  const int tiles = I / kRingUnits, resident = sms * blocks_per_sm(p.kernel, kRingThreads, p.smem());
-  if (ring == GateUpRing::Auto && tiles < kRingMinTiles * resident) p.stages = 0;
-  p.blocks = std::min(tiles, resident);
-  return p;
+GateUpRingLaunch gate_up_ring_launch(const void* w, const void* q6, int H, int I, int n, KqRing use, int sms) {
+  GateUpRingLaunch l;
+  if (use == KqRing::Off) return l;
+  l.shape = ring_shape(w, q6, kq_q6_from(w, q6, 2 * I, 2 * I), 2 * I, 2, H, n, stage_q8_bytes(H));
+  if (l.shape.stages == 0) return l;
+  l.kernel = l.shape.rows == q6 ? gate_up_ring_kernel<true> : gate_up_ring_kernel<false>;
+  int resident = 0;
+  l.blocks = ring_blocks(l.kernel, l.shape, 2, sms, resident);
+  if (use == KqRing::Auto && l.shape.tiles < kRingMinTiles * resident) l.shape.stages = 0;
+  return l;
 }
 
 }  // namespace
 
 void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
-                            cudaStream_t stream, GateUpRing ring) {
+                            cudaStream_t stream, KqRing ring) {
   if (dtype == DType::Q4_K) {
-    const RingLaunch p = ring_launch(kq_q6_from(w_gate_up, scale, 2 * I, 2 * I), H, I, n, ring, sms);
-    if (p.stages > 0) {
-      launch_pdl(p.kernel, dim3(p.blocks), dim3(kRingThreads), p.smem(), stream,
-                 static_cast<const uint8_t*>(p.q6 ? scale : w_gate_up), p.row_bytes, norm, eps, H, I, x, act, p.stages,
-                 p.staged_bytes);
+    const GateUpRingLaunch l = gate_up_ring_launch(w_gate_up, scale, H, I, n, ring, sms);
+    if (l.shape.stages > 0) {
+      launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape, 2), stream, l.shape, norm, eps, H, x,
+                 act);
       return;
     }
   }
@@ -185,8 +114,8 @@ void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
   });
 }
 
-bool gate_up_ring_applies(const void* w_gate_up, const void* scale, int H, int I, GateUpRing ring, int sms) {
-  return ring_launch(kq_q6_from(w_gate_up, scale, 2 * I, 2 * I), H, I, 1, ring, sms).stages > 0;
+bool gate_up_ring_applies(const void* w_gate_up, const void* scale, int H, int I, KqRing ring, int sms) {
+  return gate_up_ring_launch(w_gate_up, scale, H, I, 1, ring, sms).shape.stages > 0;
 }
 
 }  // namespace runahead::cuda

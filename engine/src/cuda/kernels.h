@@ -113,19 +113,21 @@ void attention_decode(const DecodeAttention& a, const float* q, int n, const int
 // matrix's Q6_K rows (dtype Q4_K; the matrix itself is its Q4_K rows: kquant.cuh), else null.
 // `q8`: a Q8_0 or K-quant matrix's quantized inputs (here and below); `quantized`: q8 already
 // holds `in` quantized (written by the op before), else this quantizes it first.
+// One token's product with a K-quant matrix of one format may stream its rows through a ring of
+// bulk copies in shared memory (kquant_ring.cuh) rather than each warp loading its own: Auto
+// where the shape measured faster for it, Forced wherever it can run, Off never. x += in W^T
+// takes it for one token where two stages of 8 rows fit (o_proj; down's long rows do not).
+enum class KqRing { Off, Auto, Forced };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
-                         float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false);
+                         float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
+                         KqRing ring = KqRing::Off);
 
 // gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
 // u = ... . Wu[j]   w_gate_up: [2I, H], Wg its first I rows, Wu the rest; x: [n, H], act: [n, I]
-// One token's gate/up on a K-quant matrix of one format may stream its rows through a ring of
-// bulk copies in shared memory rather than each warp loading its own: Auto where the shape
-// measured faster for it (gate_up_swiglu.cu), Forced wherever it can (tests), Off never.
-enum class GateUpRing { Off, Auto, Forced };
 void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
-                            cudaStream_t stream, GateUpRing ring = GateUpRing::Auto);
-bool gate_up_ring_applies(const void* w_gate_up, const void* scale, int H, int I, GateUpRing ring, int sms);
+                            cudaStream_t stream, KqRing ring = KqRing::Auto);
+bool gate_up_ring_applies(const void* w_gate_up, const void* scale, int H, int I, KqRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first
 // on ties) for t < n   W: [V, H], x: [n, H], logits: [n, V]; then `end`.
