@@ -602,17 +602,16 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // RUNAHEAD_CUDA_FUSED_Q8=0 keeps the launch, to measure what this gains.
     const char* fused = std::getenv("RUNAHEAD_CUDA_FUSED_Q8");
     attention_q8_ = reads_int8(layer_dtype_) && hd % 32 == 0 && !(fused && std::string(fused) == "0");
-    // One token's K-quant gate/up through a ring of bulk copies where the shape gains from it;
-    // RUNAHEAD_CUDA_KQ_RING=0: never, =force: wherever it can run (to measure and test it).
-    const char* ring = std::getenv("RUNAHEAD_CUDA_KQ_RING");
-    gate_up_ring_ = !ring                        ? KqRing::Auto
-                    : std::string(ring) == "0"     ? KqRing::Off
-                    : std::string(ring) == "force" ? KqRing::Forced
-                                                   : KqRing::Auto;
-    // The same for o_proj and down wherever two stages of their rows fit (in practice o_proj:
-    // measured faster on the 1.5B and 7B shapes); RUNAHEAD_CUDA_KQ_RING_RESIDUAL=0: never.
-    const char* residual_ring = std::getenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL");
-    residual_ring_ = residual_ring && std::string(residual_ring) == "0" ? KqRing::Off : KqRing::Forced;
+    // One token's K-quant gate/up, and o_proj and down, through a ring of bulk copies where the
+    // shape gains from it (kernels.h KqRing); each switch: =0 never, =force wherever it can run
+    // (to measure and test it).
+    const auto ring_switch = [](const char* name) {
+      const char* v = std::getenv(name);
+      const std::string s = v ? v : "";
+      return s == "0" ? KqRing::Off : s == "force" ? KqRing::Forced : KqRing::Auto;
+    };
+    gate_up_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING");
+    residual_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING_RESIDUAL");
   }
 
   // The persistent decode step (decode_step.h): its layer table and scratch.
@@ -1161,7 +1160,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring
-  KqRing residual_ring_ = KqRing::Forced;  // allocate(): the same for o_proj and down
+  KqRing residual_ring_ = KqRing::Auto;  // allocate(): the same for o_proj and down
   DeviceBuffer q8_q_, q8_d_;  // Q8_0 and K-quant matrices: their inputs quantized (q8_inputs())
   DeviceBuffer step_layers_, step_qkv_, step_gate_up_, step_partial_, step_best_, step_sync_;
   DecodeStep step_;

@@ -801,7 +801,7 @@ __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep
     }
     for (int i = 0; i < kSliceSlots; ++i) sh.slices_done[i] = 0;
     for (int i = 0; i < kMaxStages; ++i) sh.units_done[i] = 0;
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbarrier_init_fence();
   }
   __syncthreads();
   if (warp == kConsumerWarps) {

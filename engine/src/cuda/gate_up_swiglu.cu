@@ -41,7 +41,6 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
                        in.q8);
 }
 
-
 // One token's gate/up on K-quant rows of one format through a ring of bulk copies
 // (kquant_ring.cuh): a tile is 8 gate rows and the matching 8 up rows; the inputs are staged
 // as the kernel above stages them (stage_q8, which also sums x^2 for the norm).

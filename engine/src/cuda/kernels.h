@@ -106,6 +106,12 @@ size_t attention_partial_floats(int heads, int head_dim, int splits);
 void attention_decode(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
                       cudaStream_t stream);
 
+// One token's product with a K-quant matrix of one format may stream its rows through a ring of
+// bulk copies in shared memory (kquant_ring.cuh) rather than each warp loading its own: Auto
+// where the shape measured faster for it (x += in W^T: wherever two stages of 8 rows fit,
+// o_proj; down's long rows do not), Forced wherever it can run, Off never.
+enum class KqRing { Off, Auto, Forced };
+
 // matvec_residual.cu — x[t, :] += in[t, :] W^T   W: [rows, K], in: [n, K], x: [n, rows]
 // (the attention output projection and the MLP down projection). Here and below, `scale` is
 // an F8_E4M3 matrix's f32 scale per row (model/fp8.h), a Q8_0 matrix's f16 block scales
@@ -113,11 +119,6 @@ void attention_decode(const DecodeAttention& a, const float* q, int n, const int
 // matrix's Q6_K rows (dtype Q4_K; the matrix itself is its Q4_K rows: kquant.cuh), else null.
 // `q8`: a Q8_0 or K-quant matrix's quantized inputs (here and below); `quantized`: q8 already
 // holds `in` quantized (written by the op before), else this quantizes it first.
-// One token's product with a K-quant matrix of one format may stream its rows through a ring of
-// bulk copies in shared memory (kquant_ring.cuh) rather than each warp loading its own: Auto
-// where the shape measured faster for it, Forced wherever it can run, Off never. x += in W^T
-// takes it for one token where two stages of 8 rows fit (o_proj; down's long rows do not).
-enum class KqRing { Off, Auto, Forced };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
                          KqRing ring = KqRing::Off);

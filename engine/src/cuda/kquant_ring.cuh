@@ -44,7 +44,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, int K, unsigned ch
       mbarrier_init(&full[i], 1);
       mbarrier_init(&empty[i], kRingWarps);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbarrier_init_fence();
   }
   __syncthreads();
   const bool producer = warp == kRingWarps && lane == 0;
