@@ -119,6 +119,10 @@ inline std::vector<TensorSpec> decoder_tensors(const json& c, const std::string&
       t.push_back({p + "self_attn.k_proj.bias", dtype, {nkv * hd}});
       t.push_back({p + "self_attn.v_proj.bias", dtype, {nkv * hd}});
     }
+    if (c["architectures"][0] == "Qwen3ForCausalLM") {  // per-head q/k norms
+      t.push_back({p + "self_attn.q_norm.weight", dtype, {hd}});
+      t.push_back({p + "self_attn.k_norm.weight", dtype, {hd}});
+    }
     t.push_back({p + "self_attn.o_proj.weight", dtype, {H, nh * hd}});
     t.push_back({p + "post_attention_layernorm.weight", dtype, {H}});
     t.push_back({p + "mlp.gate_proj.weight", dtype, {I, H}});

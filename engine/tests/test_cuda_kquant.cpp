@@ -110,10 +110,12 @@ TEST_CASE("cuda k-quant: the matrix-vector product on int8 inputs computes llama
   }
 }
 
-// A random Qwen2 model whose every matrix has rows of a multiple of 256 weights, in f32.
-ModelWeights k_quant_base(bool tied) {
+// A random Qwen2 (or `arch`) model whose every matrix has rows of a multiple of 256 weights, in f32.
+ModelWeights k_quant_base(bool tied, const char* arch = "Qwen2ForCausalLM") {
   TempDir dir;
-  write_random_model(dir.path, k_quant_config(tied, 2), tied ? 11 : 12);
+  auto config = k_quant_config(tied, 2);
+  config["architectures"] = nlohmann::json::array({arch});
+  write_random_model(dir.path, config, tied ? 11 : 12);
   return with_dense_matrices(load_model(dir.path), DType::F32);  // in memory: outlives the folder
 }
 
@@ -260,11 +262,12 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention give the same logi
 }
 
 // One token's gate/up on K-quant rows of one format streams its rows through a ring of bulk
-// copies in shared memory (kquant_ring.cuh), and so do o_proj and down where their rows fit;
-// RUNAHEAD_CUDA_KQ_RING=0 / RUNAHEAD_CUDA_KQ_RING_RESIDUAL=0 keep the warps' own loads. The same
+// copies in shared memory (kquant_ring.cuh), and so do o_proj and down where their rows fit,
+// and q/k/v; RUNAHEAD_CUDA_KQ_RING=0 / RUNAHEAD_CUDA_KQ_RING_RESIDUAL=0 /
+// RUNAHEAD_CUDA_KQ_RING_QKV=0 keep the warps' own loads. The same
 // products; where the per-warp kernel splits a short row over several warps the sums are added
 // in another order, so the logits agree to a small fraction of the largest.
-TEST_CASE("cuda k-quant: gate/up through the bulk-copy ring computes what the per-warp loads compute") {
+TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy ring compute what the per-warp loads compute") {
   if (!have_device()) return;
   const ModelWeights base = k_quant_base(false);
   const ModelWeights q4 = quantize_matrices(base, QuantType::Q4_K), q6 = quantize_matrices(base, QuantType::Q6_K);
@@ -272,6 +275,8 @@ TEST_CASE("cuda k-quant: gate/up through the bulk-copy ring computes what the pe
       {"q4_k", std::make_shared<const ModelWeights>(q4)},
       {"q6_k", std::make_shared<const ModelWeights>(q6)},
       {"q4_k_m", q4_k_m_mix(q4, q6)},
+      // q/k norms: the ring's q/k/v goes through the kernel that normalises each head
+      {"qwen3 q4_k", std::make_shared<const ModelWeights>(quantize_matrices(k_quant_base(false, "Qwen3ForCausalLM"), QuantType::Q4_K))},
   };
   BackendOptions options;
   options.context_length = 256;
@@ -286,7 +291,13 @@ TEST_CASE("cuda k-quant: gate/up through the bulk-copy ring computes what the pe
     auto [residual_ring, residual_loads] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_RESIDUAL", "1");
     CHECK(residual_ring->describe()["optimizations"]["kquant_o_proj_down_ring"] == true);
     CHECK(residual_loads->describe()["optimizations"]["kquant_o_proj_down_ring"] == false);
-    for (auto [x, y] : {std::pair{ring.get(), loads.get()}, std::pair{residual_ring.get(), residual_loads.get()}}) {
+    // q/k/v through it (tiles of a head's rows and those RoPE pairs them with; the mix's layer
+    // 0 has Q4_K q/k and Q6_K v), against none
+    auto [qkv_ring, qkv_loads] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_QKV", "force");
+    CHECK(qkv_ring->describe()["optimizations"]["kquant_qkv_ring"] == true);
+    CHECK(qkv_loads->describe()["optimizations"]["kquant_qkv_ring"] == false);
+    for (auto [x, y] : {std::pair{ring.get(), loads.get()}, std::pair{residual_ring.get(), residual_loads.get()},
+                        std::pair{qkv_ring.get(), qkv_loads.get()}}) {
       std::mt19937 rng(29);
       const std::vector<int32_t> prompt = random_tokens(24, V, rng);
       std::vector<float> a, b;

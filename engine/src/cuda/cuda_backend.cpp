@@ -196,6 +196,14 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   int kv_len() const override { return kv_len_; }
   std::span<const float> hidden() const override { return hidden_; }
 
+  // Whether some layer of K-quant matrices satisfies f(layer).
+  template <class F> bool any_kquant_layer(F f) const {
+    if (layer_dtype_ != DType::Q4_K) return false;
+    for (int l = 0; l < int(layers_.size()); ++l)
+      if (f(l)) return true;
+    return false;
+  }
+
   nlohmann::json describe() const override {
     const bool tensor_cores = prefill_on_tensor_cores();
     return {{"backend", "cuda"},
@@ -222,10 +230,12 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"fused_rmsnorm_gate_up_swiglu", true},
               {"split_k_decode_attention", attention_.splits},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
-              {"kquant_gate_up_ring", layer_dtype_ == DType::Q4_K && !layers_.empty() &&
-                                          gate_up_ring_applies(layers_[0].w_gate_up.get(), layers_[0].w_gate_up_scale.get(),
-                                                               c_.hidden_size, c_.intermediate_size, gate_up_ring_, sms_)},
+              {"kquant_gate_up_ring", any_kquant_layer([&](int l) {
+                 return gate_up_ring_applies(layers_[l].w_gate_up.get(), layers_[l].w_gate_up_scale.get(),
+                                             c_.hidden_size, c_.intermediate_size, gate_up_ring_, sms_);
+               })},
               {"kquant_o_proj_down_ring", layer_dtype_ == DType::Q4_K && residual_ring_ != KqRing::Off},
+              {"kquant_qkv_ring", any_kquant_layer([&](int l) { return qkv_ring_applies(qkv_args(l), qkv_ring_, sms_); })},
               {"tensor_core_prefill", tensor_cores},
               {"prefill_gemm", tensor_cores ? gemm_bf16_impl() : "none"},
               {"tensor_core_prefill_min_tokens", kTensorCoreMinTokens},
@@ -572,6 +582,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     attention_.head_dim = hd;
     attention_.capacity = capacity_;
     attention_.splits = attention_splits(c_.num_heads, sms_);
+    // RUNAHEAD_CUDA_ATTENTION_SPLITS=n (1..32) sets the splits a head, to measure the choice.
+    if (const char* splits = std::getenv("RUNAHEAD_CUDA_ATTENTION_SPLITS"))
+      attention_.splits = std::clamp(std::atoi(splits), 1, 32);
     attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
     attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
     check_cuda(cudaMemset(attention_counters_.get(), 0, attention_counters_.bytes()), "cudaMemset");
@@ -612,6 +625,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     };
     gate_up_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING");
     residual_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING_RESIDUAL");
+    qkv_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING_QKV");
   }
 
   // The persistent decode step (decode_step.h): its layer table and scratch.
@@ -852,7 +866,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                      x_.get<float>(), stream_);
   }
   void enqueue_qkv(int l, int n) {
-    rmsnorm_qkv_rope_append(qkv_args(l), x_.get<float>(), n, pos_d_.get<int>(), q_.get<float>(), sms_, stream_);
+    rmsnorm_qkv_rope_append(qkv_args(l), x_.get<float>(), n, pos_d_.get<int>(), q_.get<float>(), sms_, stream_,
+                            qkv_ring_);
   }
   void enqueue_attention(int l, int n) {
     attention_decode(attention_args(l), q_.get<float>(), n, pos_d_.get<int>(), att_.get<float>(), stream_);
@@ -1161,6 +1176,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring
   KqRing residual_ring_ = KqRing::Auto;  // allocate(): the same for o_proj and down
+  KqRing qkv_ring_ = KqRing::Auto;       // allocate(): the same for q/k/v
   DeviceBuffer q8_q_, q8_d_;  // Q8_0 and K-quant matrices: their inputs quantized (q8_inputs())
   DeviceBuffer step_layers_, step_qkv_, step_gate_up_, step_partial_, step_best_, step_sync_;
   DecodeStep step_;

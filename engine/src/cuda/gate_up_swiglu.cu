@@ -44,22 +44,13 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
 // One token's gate/up on K-quant rows of one format through a ring of bulk copies
 // (kquant_ring.cuh): a tile is 8 gate rows and the matching 8 up rows; the inputs are staged
 // as the kernel above stages them (stage_q8, which also sums x^2 for the norm).
-template <bool kQ6>
+template <RingRows kRows>
 __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
     gate_up_ring_kernel(RingShape shape, const float* norm, float eps, int H, const float* x, float* act) {
   extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ float squares[kRingWarps + 1];
-  __shared__ float inv;
-  ring_gemv<kQ6, 2>(
-      shape, H, smem,
-      [&] {
-        const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares);  // ends with a barrier
-        float total = 0.0f;
-        for (int w = 0; w < kRingWarps + 1; ++w) total += squares[w];
-        if (threadIdx.x == 0) inv = rsqrtf(total / float(H) + eps);
-        __syncthreads();
-        return in;
-      },
+  float inv = 0.0f;
+  ring_gemv<kRows, 2>(
+      shape, smem, [&] { return ring_norm_inputs(x, norm, H, eps, smem, inv); },
       [&](int j, const float (&sum)[2]) {
         const float g = sum[0] * inv, u = sum[1] * inv;
         act[j] = g / (1.0f + expf(-g)) * u;
@@ -79,11 +70,11 @@ struct GateUpRingLaunch {
 GateUpRingLaunch gate_up_ring_launch(const void* w, const void* q6, int H, int I, int n, KqRing use, int sms) {
   GateUpRingLaunch l;
   if (use == KqRing::Off) return l;
-  l.shape = ring_shape(w, q6, kq_q6_from(w, q6, 2 * I, 2 * I), 2 * I, 2, H, n, stage_q8_bytes(H));
+  l.shape = ring_shape_rows(w, q6, 2 * I, 2, H, n, stage_q8_bytes(H));
   if (l.shape.stages == 0) return l;
-  l.kernel = l.shape.rows == q6 ? gate_up_ring_kernel<true> : gate_up_ring_kernel<false>;
+  l.kernel = ring_rows(l.shape) == RingRows::Q6 ? gate_up_ring_kernel<RingRows::Q6> : gate_up_ring_kernel<RingRows::Q4>;
   int resident = 0;
-  l.blocks = ring_blocks(l.kernel, l.shape, 2, sms, resident);
+  l.blocks = ring_blocks(l.kernel, l.shape, sms, resident);
   if (use == KqRing::Auto && l.shape.tiles < kRingMinTiles * resident) l.shape.stages = 0;
   return l;
 }
@@ -96,7 +87,7 @@ void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
   if (dtype == DType::Q4_K) {
     const GateUpRingLaunch l = gate_up_ring_launch(w_gate_up, scale, H, I, n, ring, sms);
     if (l.shape.stages > 0) {
-      launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape, 2), stream, l.shape, norm, eps, H, x,
+      launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, norm, eps, H, x,
                  act);
       return;
     }

@@ -59,10 +59,18 @@ void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Sc
 void embedding_lookup(const void* embed, DType dtype, const void* scale, int H, const int32_t* tokens, int n, float* x,
                       cudaStream_t stream);
 
+// One token's product with a K-quant matrix may stream its rows through a ring of bulk copies
+// in shared memory (kquant_ring.cuh) rather than each warp loading its own: Auto where the
+// shape measured faster for it (x += in W^T: wherever two stages of 8 rows fit, o_proj; down's
+// long rows do not; gate/up and q/k/v: where there are enough tiles, the 7B's and not the
+// 1.5B's), Forced wherever it can run, Off never.
+enum class KqRing { Off, Auto, Forced };
+
 // rmsnorm_qkv_rope.cu — for each token t at position p = *pos + t:
 //   h = rmsnorm(x[t]) * norm;  [q | k | v] = h W^T + bias;  with q/k norms (Qwen3) each q head
 //   = rmsnorm(q head) * q_norm and each k head = rmsnorm(k head) * k_norm;  rotate q and k by
-//   RoPE(p);  q_out[t] = q;  k_cache[p] = k;  v_cache[p] = v.
+//   RoPE(p);  q_out[t] = q;  k_cache[p] = k;  v_cache[p] = v.  `ring`: one token's K-quant
+//   q/k/v through the bulk-copy ring (KqRing; qkv_ring_applies says whether it would).
 // W: [(heads + 2 kv_heads) * head_dim, H] (q rows, then k, then v); rope_cos/sin: [capacity, head_dim / 2].
 // Without q/k norms one kernel does it all; with them the projection goes to `qkv` and a
 // second kernel (bias_rope_append's) normalises each head, rotates and appends.
@@ -85,7 +93,8 @@ struct QkvRope {
   Q8Scratch q8;  // a Q8_0 or K-quant matrix's quantized inputs
 };
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
-                             int sms, cudaStream_t stream);
+                             int sms, cudaStream_t stream, KqRing ring = KqRing::Off);
+bool qkv_ring_applies(const QkvRope& a, KqRing ring, int sms);
 
 // attention.cu — out[t, h] = softmax(q[t, h] . K[0 : p+1]^T / sqrt(head_dim)) V[0 : p+1]
 // with p = *pos + t and K, V the cache rows of kv head h / (heads / kv_heads). Split-K:
@@ -105,12 +114,6 @@ int attention_splits(int heads, int sms);
 size_t attention_partial_floats(int heads, int head_dim, int splits);
 void attention_decode(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
                       cudaStream_t stream);
-
-// One token's product with a K-quant matrix of one format may stream its rows through a ring of
-// bulk copies in shared memory (kquant_ring.cuh) rather than each warp loading its own: Auto
-// where the shape measured faster for it (x += in W^T: wherever two stages of 8 rows fit,
-// o_proj; down's long rows do not), Forced wherever it can run, Off never.
-enum class KqRing { Off, Auto, Forced };
 
 // matvec_residual.cu — x[t, :] += in[t, :] W^T   W: [rows, K], in: [n, K], x: [n, rows]
 // (the attention output projection and the MLP down projection). Here and below, `scale` is

@@ -1,12 +1,13 @@
 #pragma once
-// One token's product with a K-quant matrix of one format (every row Q4_K, or every row Q6_K)
-// through a ring of bulk copies in shared memory. A producer thread copies tiles into `stages`
-// stages, starting before pdl_wait (weights do not depend on the previous kernel), and keeps
-// them in flight without holding registers; kRingWarps consumer warps take a unit each from a
-// tile. A tile is P runs of kRingWarps consecutive rows (gate/up: its 8 gate rows, then the
-// matching 8 up rows; a plain matrix: 8 rows), a unit is row w of each run. Blocks take tiles
-// round robin. The dot product is q4k_dot_rows / q6k_dot_rows (kquant.cuh) on the same bytes,
-// so a row summed by one warp gives the bits the per-warp kernels give.
+// One token's product with a K-quant matrix through a ring of bulk copies in shared memory. A
+// producer thread copies tiles into `stages` stages, starting before pdl_wait (weights do not
+// depend on the previous kernel), and keeps them in flight without holding registers;
+// kRingWarps consumer warps take a unit each from a tile. A tile is P runs of kRingWarps
+// consecutive rows of one format (gate/up: its 8 gate rows, then the matching 8 up rows; q/k/v:
+// 8 rows of a head and the 8 that RoPE rotates with them; a plain matrix: 8 rows), a unit is
+// row w of each run. Blocks take tiles round robin. The dot product is q4k_dot_rows /
+// q6k_dot_rows (kquant.cuh) on the same bytes, so a row summed by one warp gives the bits the
+// per-warp kernels give.
 #include <algorithm>
 
 #include "cuda/bulk_copy.cuh"
@@ -19,26 +20,49 @@ constexpr int kRingThreads = (kRingWarps + 1) * kWarp;  // + the producer warp
 constexpr int kRingMaxStages = 12;
 constexpr int kRingBlocksPerSm = 3;  // 2 measured slower on the 7B gate/up (2.70 against 2.67 ms/token)
 
-// The block's shared memory: `staged_bytes` (a multiple of 128) for the kernel's own use (its
-// staged inputs), then the ring.
+// Which formats a ring's rows have: every row Q4_K, every row Q6_K, or Q4_K rows then Q6_K
+// ones (a fused q/k/v whose v, or k and v, are Q6_K).
+enum class RingRows { Q4, Q6, Both };
+
+// The matrix (Q4_K rows [0, q6_from) at q4, Q6_K rows from q6_from on at q6, as RowMatrix
+// reads them) and its tiles: tiles come in groups of group_tiles; tile t's run 0 starts at row
+// (t / group_tiles) * group_rows + (t % group_tiles) * kRingWarps, run p at p * run_rows rows
+// after it. The block's shared memory: `staged_bytes` (a multiple of 128) for the kernel's
+// own use (its staged inputs), then `stages` stages of stage_bytes.
 struct RingShape {
-  const uint8_t* rows;  // row 0 of the matrix (its Q4_K rows, or its Q6_K rows)
-  int row_bytes;
-  size_t run_rows;  // rows from one run of a tile to the next (gate/up: I)
-  int tiles, stages, staged_bytes;
+  const uint8_t* q4 = nullptr;
+  const uint8_t* q6 = nullptr;
+  int q6_from = 0, K = 0;
+  int run_rows = 0, group_rows = 0, group_tiles = 1;
+  int tiles = 0, stages = 0, staged_bytes = 0, stage_bytes = 0;
+  __host__ __device__ int first_row(int tile) const {
+    return (tile / group_tiles) * group_rows + (tile % group_tiles) * kRingWarps;
+  }
+  __host__ __device__ const uint8_t* row(int r) const {
+    return r < q6_from ? q4 + size_t(r) * q4k_row_bytes(K) : q6 + size_t(r - q6_from) * q6k_row_bytes(K);
+  }
 };
 
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
 // synchronise the block) and returns the int8 inputs; `epilogue(unit, acc)` runs in lane 0 of
 // the consumer warp that summed unit `unit` (tile * kRingWarps + w): acc[p] is row w of run p.
-template <bool kQ6, int P, class Inputs, class Epilogue>
-__device__ __forceinline__ void ring_gemv(const RingShape& s, int K, unsigned char* smem, Inputs inputs,
-                                          Epilogue epilogue) {
+template <RingRows kRows, int P, class Inputs, class Epilogue>
+__device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* smem, Inputs inputs, Epilogue epilogue) {
   __shared__ uint64_t full[kRingMaxStages], empty[kRingMaxStages];
   unsigned char* ring = smem + s.staged_bytes;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int mine = int(blockIdx.x) < s.tiles ? (s.tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) : 0;
-  const size_t run = size_t(kRingWarps) * s.row_bytes;  // the bytes of one run of a tile
+  // Tile i of this block: its index and first row, its format, the bytes of a row.
+  struct Tile {
+    int tile, first;
+    bool q6;
+    size_t row_bytes;
+  };
+  const auto tile_of = [&](int i) {
+    const int tile = int(blockIdx.x) + i * int(gridDim.x), first = s.first_row(tile);
+    const bool q6 = kRows == RingRows::Q6 || (kRows == RingRows::Both && first >= s.q6_from);
+    return Tile{tile, first, q6, q6 ? q6k_row_bytes(s.K) : q4k_row_bytes(s.K)};
+  };
   if (threadIdx.x == 0) {
     for (int i = 0; i < s.stages; ++i) {
       mbarrier_init(&full[i], 1);
@@ -51,14 +75,15 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, int K, unsigned ch
   uint64_t policy = 0;
   int issued = 0;
   const auto issue = [&](int i) {  // this block's i-th tile into stage i % stages
-    const int tile = int(blockIdx.x) + i * int(gridDim.x), stage = i % s.stages;
+    const int stage = i % s.stages;
+    const Tile t = tile_of(i);
+    const size_t run = kRingWarps * t.row_bytes;
     if (i >= s.stages) mbarrier_wait(&empty[stage], (i / s.stages - 1) & 1);
+    unsigned char* dst = ring + size_t(stage) * s.stage_bytes;
     mbarrier_expect_bytes(&full[stage], unsigned(P * run));
-    unsigned char* dst = ring + size_t(stage) * P * run;
 #pragma unroll
     for (int p = 0; p < P; ++p)
-      bulk_load(dst + p * run, s.rows + (size_t(p) * s.run_rows * s.row_bytes) + size_t(tile) * run, unsigned(run),
-                &full[stage], policy);
+      bulk_load(dst + p * run, s.row(t.first + p * s.run_rows), unsigned(run), &full[stage], policy);
   };
   if (producer) {
     policy = evict_first_policy();
@@ -72,62 +97,88 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, int K, unsigned ch
       for (; issued < mine; ++issued) issue(issued);
     return;
   }
-  const int chunks = K / Chunk<KQWeight>::kElems;
+  const int chunks = s.K / Chunk<KQWeight>::kElems;
   for (int i = 0; i < mine; ++i) {
     const int stage = i % s.stages;
+    const Tile t = tile_of(i);
     mbarrier_wait(&full[stage], (i / s.stages) & 1);
-    const unsigned char* tile = ring + size_t(stage) * P * run;
+    const unsigned char* tile = ring + size_t(stage) * s.stage_bytes;
     const uint8_t* row[P];
 #pragma unroll
-    for (int p = 0; p < P; ++p) row[p] = tile + p * run + size_t(warp) * s.row_bytes;
+    for (int p = 0; p < P; ++p) row[p] = tile + (p * kRingWarps + warp) * t.row_bytes;
     float acc[P][1];
 #pragma unroll
     for (int p = 0; p < P; ++p) acc[p][0] = 0.0f;
-    if constexpr (kQ6)
-      q6k_dot_rows<P, 1, true>(row, K, 0, chunks, in, 1, acc);
+    if (t.q6)
+      q6k_dot_rows<P, 1, true>(row, s.K, 0, chunks, in, 1, acc);
     else
-      q4k_dot_rows<P, 1, true>(row, K, 0, chunks, in, 1, acc);
+      q4k_dot_rows<P, 1, true>(row, s.K, 0, chunks, in, 1, acc);
     float sum[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) sum[p] = warp_sum(acc[p][0]);
     __syncwarp();
     if (lane == 0) {
       mbarrier_arrive(&empty[stage]);
-      epilogue((int(blockIdx.x) + i * int(gridDim.x)) * kRingWarps + warp, sum);
+      epilogue(t.tile * kRingWarps + warp, sum);
     }
   }
 }
 
-// Host side: the ring for a K-quant matrix of `total_rows` rows (P runs) of K weights, or stages
-// 0 where it does not apply: several tokens, rows of both formats, runs not a multiple of
-// kRingWarps rows, fewer than two stages fit.
-inline RingShape ring_shape(const void* q4, const void* q6, int q6_from, int total_rows, int P, int K, int n,
-                            size_t staged_bytes) {
+// The inputs of a norm-fused ring (gate/up, q/k/v): x * norm quantized into the block's
+// staged bytes as stage_q8 does, and 1 / rms(x) in `inv`. Every thread calls it (in `inputs`).
+__device__ __forceinline__ Q8Inputs ring_norm_inputs(const float* x, const float* norm, int H, float eps,
+                                                     unsigned char* smem, float& inv) {
+  __shared__ float squares[kRingWarps + 1];
+  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares);  // ends with a barrier
+  float total = 0.0f;
+  for (int w = 0; w < kRingWarps + 1; ++w) total += squares[w];
+  inv = rsqrtf(total / float(H) + eps);
+  return in;
+}
+
+// Host side: the ring for one token over a K-quant matrix (q4, q6, q6_from as RowMatrix takes
+// them) of K weights a row, its tiles laid out as RingShape describes, or stages 0 where it
+// does not apply: several tokens, fewer than `min_stages` stages fit.
+inline RingShape ring_shape(const void* q4, const void* q6, int q6_from, int K, int P, int run_rows, int group_rows,
+                            int group_tiles, int tiles, int n, size_t staged_bytes, int min_stages = 2) {
   RingShape s{};
-  const bool all_q6 = q6_from == 0, all_q4 = q6_from == total_rows;
-  const int run_rows = total_rows / P;
-  if (n != 1 || run_rows % kRingWarps != 0 || !(all_q4 || all_q6)) return s;
-  s.rows = static_cast<const uint8_t*>(all_q6 ? q6 : q4);
-  s.row_bytes = int(all_q6 ? q6k_row_bytes(K) : q4k_row_bytes(K));
-  s.run_rows = size_t(run_rows);
-  s.tiles = run_rows / kRingWarps;
+  if (n != 1 || tiles <= 0 || q6_from % kRingWarps != 0) return s;
+  s.q4 = static_cast<const uint8_t*>(q4);
+  s.q6 = static_cast<const uint8_t*>(q6);
+  s.q6_from = q6_from;
+  s.K = K;
+  s.run_rows = run_rows;
+  s.group_rows = group_rows;
+  s.group_tiles = group_tiles;
+  s.tiles = tiles;
   s.staged_bytes = int((staged_bytes + 127) / 128 * 128);
+  s.stage_bytes = int(P * kRingWarps * std::max(q4 ? q4k_row_bytes(K) : 0, q6 ? q6k_row_bytes(K) : 0));
   int device = 0, per_sm = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "cudaDeviceGetAttribute");
   const int budget = per_sm / kRingBlocksPerSm - 1024 - 512;  // the runtime's 1 KB a block, static shared memory
-  const int stages = std::min(kRingMaxStages, (budget - s.staged_bytes) / (P * kRingWarps * s.row_bytes));
-  s.stages = stages >= 2 ? stages : 0;
+  const int stages = std::min(kRingMaxStages, (budget - s.staged_bytes) / s.stage_bytes);
+  s.stages = stages >= min_stages ? stages : 0;
   return s;
 }
-inline size_t ring_smem(const RingShape& s, int P) {
-  return size_t(s.staged_bytes) + size_t(s.stages) * P * kRingWarps * s.row_bytes;
+// A plain matrix of total_rows rows, or gate/up (P = 2: the first half's rows, then the
+// second's), every row of one format: tile t is rows 8t.. of each run.
+inline RingShape ring_shape_rows(const void* q4, const void* q6, int total_rows, int P, int K, int n,
+                                 size_t staged_bytes) {
+  const int run_rows = total_rows / P;
+  if (run_rows % kRingWarps != 0 || (q4 && q6)) return RingShape{};
+  return ring_shape(q4, q6, q4 ? total_rows : 0, K, P, run_rows, 0, run_rows / kRingWarps, run_rows / kRingWarps,
+                    n, staged_bytes);
 }
+inline RingRows ring_rows(const RingShape& s) {
+  return !s.q4 ? RingRows::Q6 : !s.q6 ? RingRows::Q4 : RingRows::Both;
+}
+inline size_t ring_smem(const RingShape& s) { return size_t(s.staged_bytes) + size_t(s.stages) * s.stage_bytes; }
 // Blocks for the ring's kernel (its dynamic shared memory set): at most the resident ones.
-template <class Kernel> int ring_blocks(Kernel kernel, const RingShape& s, int P, int sms, int& resident) {
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring_smem(s, P))),
+template <class Kernel> int ring_blocks(Kernel kernel, const RingShape& s, int sms, int& resident) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring_smem(s))),
              "cudaFuncSetAttribute(ring kernel)");
-  resident = sms * blocks_per_sm(kernel, kRingThreads, ring_smem(s, P));
+  resident = sms * blocks_per_sm(kernel, kRingThreads, ring_smem(s));
   return std::min(s.tiles, resident);
 }
 

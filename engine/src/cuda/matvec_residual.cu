@@ -36,11 +36,11 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_
 
 // One token's x += in W^T on K-quant rows of one format through a ring of bulk copies
 // (kquant_ring.cuh): a tile is 8 rows; the inputs are the quantized ones in q8 (global memory).
-template <bool kQ6>
+template <RingRows kRows>
 __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
-    matvec_residual_ring_kernel(RingShape shape, int K, float* x, Q8Inputs q8) {
+    matvec_residual_ring_kernel(RingShape shape, float* x, Q8Inputs q8) {
   extern __shared__ __align__(128) unsigned char smem[];
-  ring_gemv<kQ6, 1>(shape, K, smem, [&] { return q8; }, [&](int r, const float (&sum)[1]) { x[r] += sum[0]; });
+  ring_gemv<kRows, 1>(shape, smem, [&] { return q8; }, [&](int r, const float (&sum)[1]) { x[r] += sum[0]; });
 }
 
 }  // namespace
@@ -48,13 +48,14 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized, KqRing ring) {
   if (dtype == DType::Q4_K && ring != KqRing::Off && n == 1) {
-    const RingShape shape = ring_shape(w, scale, kq_q6_from(w, scale, rows, rows), rows, 1, K, n, 0);
+    const RingShape shape = ring_shape_rows(w, scale, rows, 1, K, n, 0);
     if (shape.stages > 0) {
       if (!quantized) quantize_inputs_q8(in, nullptr, n, K, q8, stream);
-      auto kernel = shape.rows == scale ? matvec_residual_ring_kernel<true> : matvec_residual_ring_kernel<false>;
+      auto kernel = ring_rows(shape) == RingRows::Q6 ? matvec_residual_ring_kernel<RingRows::Q6>
+                                                     : matvec_residual_ring_kernel<RingRows::Q4>;
       int resident = 0;
-      const int blocks = ring_blocks(kernel, shape, 1, sms, resident);
-      launch_pdl(kernel, dim3(blocks), dim3(kRingThreads), ring_smem(shape, 1), stream, shape, K, x,
+      const int blocks = ring_blocks(kernel, shape, sms, resident);
+      launch_pdl(kernel, dim3(blocks), dim3(kRingThreads), ring_smem(shape), stream, shape, x,
                  Q8Inputs{q8.q, q8.d, K});
       return;
     }

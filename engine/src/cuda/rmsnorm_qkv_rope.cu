@@ -6,6 +6,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
+#include "cuda/kquant_ring.cuh"
 
 namespace runahead::cuda {
 namespace {
@@ -96,6 +97,67 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
                        in.q8);
 }
 
+// One token's q/k/v on K-quant rows through a ring of bulk copies (kquant_ring.cuh): a tile is
+// 8 rows of a head and the 8 rows half a head on, the pairs RoPE rotates together (v's rows are
+// paired the same way and stored unrotated); the inputs staged as the kernel above stages them.
+// kRaw as above.
+template <RingRows kRows, bool kRaw>
+__global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
+    qkv_ring_kernel(RingShape shape, QkvRope a, const float* x, const int* pos, float* q_out) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  float inv = 0.0f;
+  ring_gemv<kRows, 2>(
+      shape, smem, [&] { return ring_norm_inputs(x, a.norm, a.hidden, a.eps, smem, inv); },
+      [&](int u, const float (&sum)[2]) {
+        const int first = shape.first_row(u / kRingWarps) + u % kRingWarps;
+        const RowPair r{first, first + a.head_dim / 2};
+        if constexpr (kRaw) {
+          a.qkv[r.first] = sum[0] * inv;
+          a.qkv[r.second] = sum[1] * inv;
+        } else {
+          rope_and_store(a, r, sum[0] * inv, sum[1] * inv, 0, *pos, q_out);
+        }
+      });
+}
+
+// The ring's launch for one token's q/k/v, or stages 0 where it does not apply: rows not K-quant,
+// half a head not a multiple of 8 rows, not one stage of a tile fitting (a block of the 7B's
+// 288 tiles gets at most one, so one stage does: its copy starts before pdl_wait); or (Auto)
+// fewer than kQkvRingMinTilesPerSm tiles a multiprocessor. Measured on an H200 (Q4_K_M, decode
+// at context 512): the 7B's 288 tiles, q/k/v 438 -> 324 us a step, 2.571 -> 2.470 ms/token;
+// the 1.5B's 128 (under one a multiprocessor), q/k/v 194 -> 187 us but the step 1.208 -> 1.214.
+constexpr int kQkvRingMinTilesPerSm = 2;
+struct QkvRingLaunch {
+  RingShape shape{};
+  void (*kernel)(RingShape, QkvRope, const float*, const int*, float*) = nullptr;
+  int blocks = 0;
+};
+QkvRingLaunch qkv_ring_launch(const QkvRope& a, int n, KqRing use, int sms) {
+  QkvRingLaunch l;
+  const int half = a.head_dim / 2, heads = a.heads + 2 * a.kv_heads;
+  if (use == KqRing::Off || a.dtype != DType::Q4_K || half % kRingWarps != 0) return l;
+  const int q6_from = kq_q6_from(a.w, a.scale, heads * a.head_dim, a.q6_from);
+  l.shape = ring_shape(a.w, a.scale, q6_from, a.hidden, 2, half, a.head_dim, half / kRingWarps,
+                       heads * (half / kRingWarps), n, stage_q8_bytes(a.hidden), 1);
+  if (l.shape.stages == 0 || (use == KqRing::Auto && l.shape.tiles < kQkvRingMinTilesPerSm * sms)) {
+    l.shape.stages = 0;
+    return l;
+  }
+  const bool raw = a.q_norm != nullptr;
+  const auto pick = [raw](auto rows) -> decltype(l.kernel) {
+    constexpr RingRows kRows = decltype(rows)::value;
+    return raw ? qkv_ring_kernel<kRows, true> : qkv_ring_kernel<kRows, false>;
+  };
+  switch (ring_rows(l.shape)) {
+    case RingRows::Q4: l.kernel = pick(std::integral_constant<RingRows, RingRows::Q4>{}); break;
+    case RingRows::Q6: l.kernel = pick(std::integral_constant<RingRows, RingRows::Q6>{}); break;
+    case RingRows::Both: l.kernel = pick(std::integral_constant<RingRows, RingRows::Both>{}); break;
+  }
+  int resident = 0;
+  l.blocks = ring_blocks(l.kernel, l.shape, sms, resident);
+  return l;
+}
+
 // Prefill: the projection came from the tensor-core GEMM; one thread per row pair and token.
 // grid (ceil(units / 256), n): token t = blockIdx.y, one row pair per thread.
 __global__ void bias_rope_append_kernel(QkvRope a, const float* qkv, const int* pos, float* q_out) {
@@ -146,9 +208,14 @@ __global__ void __launch_bounds__(kNormWarps * kWarp) bias_qk_norm_rope_append_k
 }  // namespace
 
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out, int sms,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, KqRing ring) {
   const int units = (a.heads + 2 * a.kv_heads) * a.head_dim / 2;
   const bool raw = a.q_norm != nullptr;
+  if (const QkvRingLaunch l = qkv_ring_launch(a, n, ring, sms); l.shape.stages > 0) {
+    launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, a, x, pos, q_out);
+    if (raw) bias_rope_append(a, a.qkv, n, pos, q_out, stream);
+    return;
+  }
   with_matrix_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     const size_t smem = prepare_norm_inputs<W>(x, a.norm, n, a.hidden, a.q8, stream);
@@ -161,6 +228,10 @@ void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int*
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, a, x, n, pos, q_out, split);
   });
   if (raw) bias_rope_append(a, a.qkv, n, pos, q_out, stream);
+}
+
+bool qkv_ring_applies(const QkvRope& a, KqRing ring, int sms) {
+  return qkv_ring_launch(a, 1, ring, sms).shape.stages > 0;
 }
 
 void bias_rope_append(const QkvRope& a, const float* qkv, int n, const int* pos, float* q_out,
