@@ -45,6 +45,9 @@ cmake -S engine -B "$BUILD" "${ARGS[@]}" > "$OUT/build.txt" 2>&1 &&
 status=$?
 log "build: exit $status (${ARGS[*]}; the bench's \"prefill GEMM\" line says whether cuBLASLt is in)"
 if [ $status -ne 0 ]; then grep -E "error|Error" "$OUT/build.txt" | head -40; exit 1; fi
+# The PTX the default build ships for Ampere and Ada must assemble for compute capability 8.0.
+ninja -C "$BUILD" -j16 engine-cuda-sm80-check > /tmp/sm80-check.txt 2>&1
+log "kernels assembled for compute capability 8.0: exit $? $(grep -m3 -E 'error' /tmp/sm80-check.txt | tr '\n' ' ')"
 ENGINE=$BUILD/runahead-engine
 TESTS=$BUILD/engine-tests
 

@@ -138,11 +138,12 @@ __device__ __forceinline__ Q8Inputs ring_norm_inputs(const float* x, const float
 
 // Host side: the ring for one token over a K-quant matrix (q4, q6, q6_from as RowMatrix takes
 // them) of K weights a row, its tiles laid out as RingShape describes, or stages 0 where it
-// does not apply: several tokens, fewer than `min_stages` stages fit.
+// does not apply: several tokens, fewer than `min_stages` stages fit, a device without bulk
+// copies.
 inline RingShape ring_shape(const void* q4, const void* q6, int q6_from, int K, int P, int run_rows, int group_rows,
                             int group_tiles, int tiles, int n, size_t staged_bytes, int min_stages = 2) {
   RingShape s{};
-  if (n != 1 || tiles <= 0 || q6_from % kRingWarps != 0) return s;
+  if (n != 1 || tiles <= 0 || q6_from % kRingWarps != 0 || !bulk_copies_on()) return s;
   s.q4 = static_cast<const uint8_t*>(q4);
   s.q6 = static_cast<const uint8_t*>(q6);
   s.q6_from = q6_from;
