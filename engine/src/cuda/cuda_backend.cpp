@@ -234,7 +234,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                  return gate_up_ring_applies(layers_[l].w_gate_up.get(), layers_[l].w_gate_up_scale.get(),
                                              c_.hidden_size, c_.intermediate_size, gate_up_ring_, sms_);
                })},
-              {"kquant_o_proj_down_ring", layer_dtype_ == DType::Q4_K && residual_ring_ != KqRing::Off},
+              {"kquant_o_proj_down_ring", layer_dtype_ == DType::Q4_K && residual_ring_ != KqRing::Off && rings_run_here()},
               {"kquant_qkv_ring", any_kquant_layer([&](int l) { return qkv_ring_applies(qkv_args(l), qkv_ring_, sms_); })},
               {"tensor_core_prefill", tensor_cores},
               {"prefill_gemm", tensor_cores ? gemm_bf16_impl() : "none"},

@@ -65,6 +65,8 @@ void embedding_lookup(const void* embed, DType dtype, const void* scale, int H, 
 // long rows do not; gate/up and q/k/v: where there are enough tiles, the 7B's and not the
 // 1.5B's), Forced wherever it can run, Off never.
 enum class KqRing { Off, Auto, Forced };
+// Whether this device runs the rings (bulk copies: compute capability 9.0 or more).
+bool rings_run_here();
 
 // rmsnorm_qkv_rope.cu — for each token t at position p = *pos + t:
 //   h = rmsnorm(x[t]) * norm;  [q | k | v] = h W^T + bias;  with q/k norms (Qwen3) each q head

@@ -45,6 +45,8 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
 
 }  // namespace
 
+bool rings_run_here() { return bulk_copies_on(); }
+
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized, KqRing ring) {
   if (dtype == DType::Q4_K && ring != KqRing::Off && n == 1) {
