@@ -67,7 +67,9 @@ inline void prefetch_next_rows(const Block* const (&b)[R], int64_t k, size_t row
 // y = hsum(sum_even d_w[b] d_x[b] dot_b + sum_odd ...).
 template <class Isa>
 struct Q8_0Tile {
-  static constexpr int kRows = 2, kTokens = 2;  // 2 x 2 x 2 accumulators fit the 16 ymm registers
+  // Up to 2 tokens: even and odd blocks in one pass (2 x 2 x 2 accumulators fill the 16 ymm
+  // registers). More: the even blocks in one pass, then the odd ones, so 2 x 4 accumulators fit.
+  static constexpr int kRows = 2, kTokens = 4;
 
   template <int R, int T>
   static void add_block(const BlockQ8_0* const (&b)[R], int64_t k, const Q8Activations* x, __m256 (&acc)[R][T]) {
@@ -82,12 +84,23 @@ struct Q8_0Tile {
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m256i xq = load32(&x[t].q[32 * k]);
-      const __m256 xd = _mm256_broadcast_ss(&x[t].d[k]);
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         const __m256i p = Isa::dot_u8s8(u[i], _mm256_sign_epi8(xq, q[i]));
-        acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(d[i], xd), acc[i][t]);
+        acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(d[i], _mm256_broadcast_ss(&x[t].d[k])),
+                                    acc[i][t]);
       }
+    }
+  }
+
+  // Blocks first, first + 2, ... of the rows into acc (every other block).
+  template <int R, int T>
+  static void add_every_other(const BlockQ8_0* const (&b)[R], int64_t first, int64_t blocks, size_t row_bytes,
+                              const Q8Activations* x, __m256 (&acc)[R][T]) {
+    fill_tile(acc, _mm256_setzero_ps());
+    for (int64_t k = first; k < blocks; k += 2) {
+      if (first == 0) prefetch_next_rows<R>(b, k, row_bytes);
+      add_block<R, T>(b, k, x, acc);
     }
   }
 
@@ -97,18 +110,21 @@ struct Q8_0Tile {
     const BlockQ8_0* b[R];
     tile_rows(w, row_bytes, b);
     __m256 even[R][T], odd[R][T];
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) even[i][t] = odd[i][t] = _mm256_setzero_ps();
     const int64_t blocks = cols / 32;
-    int64_t k = 0;
-    for (; k + 1 < blocks; k += 2) {
-      prefetch_next_rows<R>(b, k, row_bytes);
-      add_block<R, T>(b, k, x, even);
-      add_block<R, T>(b, k + 1, x, odd);
+    if constexpr (T > 2) {
+      add_every_other<R, T>(b, 0, blocks, row_bytes, x, even);
+      add_every_other<R, T>(b, 1, blocks, row_bytes, x, odd);
+    } else {
+      fill_tile(even, _mm256_setzero_ps());
+      fill_tile(odd, _mm256_setzero_ps());
+      int64_t k = 0;
+      for (; k + 1 < blocks; k += 2) {
+        prefetch_next_rows<R>(b, k, row_bytes);
+        add_block<R, T>(b, k, x, even);
+        add_block<R, T>(b, k + 1, x, odd);
+      }
+      if (k < blocks) add_block<R, T>(b, k, x, even);
     }
-    if (k < blocks) add_block<R, T>(b, k, x, even);
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
