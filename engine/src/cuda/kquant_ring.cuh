@@ -44,24 +44,25 @@ struct RingShape {
 };
 
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
-// synchronise the block) and returns the int8 inputs; `epilogue(unit, acc)` runs in lane 0 of
-// the consumer warp that summed unit `unit` (tile * kRingWarps + w): acc[p] is row w of run p.
+// synchronise the block) and returns the int8 inputs; `epilogue(row, acc)` runs in lane 0 of
+// the consumer warp that summed unit w of a tile: `row` is row w of the tile's run 0, acc[p]
+// row w of run p.
 template <RingRows kRows, int P, class Inputs, class Epilogue>
 __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* smem, Inputs inputs, Epilogue epilogue) {
   __shared__ uint64_t full[kRingMaxStages], empty[kRingMaxStages];
   unsigned char* ring = smem + s.staged_bytes;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int mine = int(blockIdx.x) < s.tiles ? (s.tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) : 0;
-  // Tile i of this block: its index and first row, its format, the bytes of a row.
+  // Tile i of this block: its first row, its format, the bytes of a row.
   struct Tile {
-    int tile, first;
+    int first;
     bool q6;
     size_t row_bytes;
   };
   const auto tile_of = [&](int i) {
-    const int tile = int(blockIdx.x) + i * int(gridDim.x), first = s.first_row(tile);
+    const int first = s.first_row(int(blockIdx.x) + i * int(gridDim.x));
     const bool q6 = kRows == RingRows::Q6 || (kRows == RingRows::Both && first >= s.q6_from);
-    return Tile{tile, first, q6, q6 ? q6k_row_bytes(s.K) : q4k_row_bytes(s.K)};
+    return Tile{first, q6, q6 ? q6k_row_bytes(s.K) : q4k_row_bytes(s.K)};
   };
   if (threadIdx.x == 0) {
     for (int i = 0; i < s.stages; ++i) {
@@ -119,7 +120,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     __syncwarp();
     if (lane == 0) {
       mbarrier_arrive(&empty[stage]);
-      epilogue(t.tile * kRingWarps + warp, sum);
+      epilogue(t.first + warp, sum);
     }
   }
 }

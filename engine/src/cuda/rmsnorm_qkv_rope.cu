@@ -108,8 +108,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
   float inv = 0.0f;
   ring_gemv<kRows, 2>(
       shape, smem, [&] { return ring_norm_inputs(x, a.norm, a.hidden, a.eps, smem, inv); },
-      [&](int u, const float (&sum)[2]) {
-        const int first = shape.first_row(u / kRingWarps) + u % kRingWarps;
+      [&](int first, const float (&sum)[2]) {
         const RowPair r{first, first + a.head_dim / 2};
         if constexpr (kRaw) {
           a.qkv[r.first] = sum[0] * inv;
@@ -143,16 +142,12 @@ QkvRingLaunch qkv_ring_launch(const QkvRope& a, int n, KqRing use, int sms) {
     l.shape.stages = 0;
     return l;
   }
-  const bool raw = a.q_norm != nullptr;
-  const auto pick = [raw](auto rows) -> decltype(l.kernel) {
-    constexpr RingRows kRows = decltype(rows)::value;
-    return raw ? qkv_ring_kernel<kRows, true> : qkv_ring_kernel<kRows, false>;
-  };
-  switch (ring_rows(l.shape)) {
-    case RingRows::Q4: l.kernel = pick(std::integral_constant<RingRows, RingRows::Q4>{}); break;
-    case RingRows::Q6: l.kernel = pick(std::integral_constant<RingRows, RingRows::Q6>{}); break;
-    case RingRows::Both: l.kernel = pick(std::integral_constant<RingRows, RingRows::Both>{}); break;
-  }
+  // [RingRows][q/k norms follow]
+  constexpr decltype(l.kernel) kernels[3][2] = {
+      {qkv_ring_kernel<RingRows::Q4, false>, qkv_ring_kernel<RingRows::Q4, true>},
+      {qkv_ring_kernel<RingRows::Q6, false>, qkv_ring_kernel<RingRows::Q6, true>},
+      {qkv_ring_kernel<RingRows::Both, false>, qkv_ring_kernel<RingRows::Both, true>}};
+  l.kernel = kernels[int(ring_rows(l.shape))][a.q_norm != nullptr];
   int resident = 0;
   l.blocks = ring_blocks(l.kernel, l.shape, sms, resident);
   return l;
