@@ -264,9 +264,11 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention give the same logi
 // One token's gate/up on K-quant rows of one format streams its rows through a ring of bulk
 // copies in shared memory (kquant_ring.cuh), and so do o_proj and down where their rows fit,
 // and q/k/v; RUNAHEAD_CUDA_KQ_RING=0 / RUNAHEAD_CUDA_KQ_RING_RESIDUAL=0 /
-// RUNAHEAD_CUDA_KQ_RING_QKV=0 keep the warps' own loads. The same
-// products; where the per-warp kernel splits a short row over several warps the sums are added
-// in another order, so the logits agree to a small fraction of the largest.
+// RUNAHEAD_CUDA_KQ_RING_QKV=0 keep the warps' own loads; one token's Q4_K rows go a chunk pair
+// a lane on pair-planar inputs (RUNAHEAD_CUDA_KQ_PLANAR=0: a chunk a lane). The same
+// products; where the per-warp kernel splits a short row over several warps, or a lane takes a
+// pair of chunks, the sums are added in another order, so the logits agree to a small fraction
+// of the largest.
 TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy ring compute what the per-warp loads compute") {
   if (!have_device()) return;
   const ModelWeights base = k_quant_base(false);
@@ -296,8 +298,18 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
     auto [qkv_ring, qkv_loads] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_QKV", "force");
     CHECK(qkv_ring->describe()["optimizations"]["kquant_qkv_ring"] == true);
     CHECK(qkv_loads->describe()["optimizations"]["kquant_qkv_ring"] == false);
+    // Q4_K rows a chunk pair a lane on pair-planar inputs (the rings forced, so gate/up and q/k/v
+    // stage them; down quantizes them) against a chunk a lane on the plain ones
+    setenv("RUNAHEAD_CUDA_KQ_RING", "force", 1);
+    setenv("RUNAHEAD_CUDA_KQ_RING_QKV", "force", 1);
+    auto [planar, plain] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_PLANAR", "1");
+    unsetenv("RUNAHEAD_CUDA_KQ_RING");
+    unsetenv("RUNAHEAD_CUDA_KQ_RING_QKV");
+    CHECK(planar->describe()["optimizations"]["kquant_pair_planar_inputs"] == true);
+    CHECK(plain->describe()["optimizations"]["kquant_pair_planar_inputs"] == false);
+    CHECK(plain->describe()["optimizations"]["kquant_gate_up_ring"] == true);
     for (auto [x, y] : {std::pair{ring.get(), loads.get()}, std::pair{residual_ring.get(), residual_loads.get()},
-                        std::pair{qkv_ring.get(), qkv_loads.get()}}) {
+                        std::pair{qkv_ring.get(), qkv_loads.get()}, std::pair{planar.get(), plain.get()}}) {
       std::mt19937 rng(29);
       const std::vector<int32_t> prompt = random_tokens(24, V, rng);
       std::vector<float> a, b;

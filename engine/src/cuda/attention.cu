@@ -28,21 +28,23 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   __shared__ float group_m[kThreads], group_l[kThreads];
   __shared__ float weight[kWarp];
   __shared__ bool last;
-  pdl_wait();
-  pdl_trigger();
   const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, S = gridDim.x;
   const int hd = a.head_dim, kv_dim = a.kv_heads * hd, kv = h / (a.heads / a.kv_heads);
   const float scale = rsqrtf(float(hd));
   // Lanes of a position: cols (a power of two dividing 32), each a float4 column; `groups`
   // positions at a time across the block.
   const int cols = hd / 4, groups = kThreads / cols, col = threadIdx.x % cols, group = threadIdx.x / cols;
-  const float4 q4 = reinterpret_cast<const float4*>(q + (size_t(t) * a.heads + h) * hd)[col];
+  // The position was advanced by the previous step, at least two kernels back: final before
+  // pdl_wait (this kernel starts only once the one before the previous one is done).
   const int len = *pos + t + 1;
   const int chunk = (len + S - 1) / S;
   const int begin = min(len, split * chunk), end = min(len, begin + chunk), count = end - begin;
   const float4* K = reinterpret_cast<const float4*>(a.k_cache + size_t(begin) * kv_dim + size_t(kv) * hd);
   const float4* V = reinterpret_cast<const float4*>(a.v_cache + size_t(begin) * kv_dim + size_t(kv) * hd);
   const int row4 = kv_dim / 4;
+  pdl_wait();
+  pdl_trigger();
+  const float4 q4 = reinterpret_cast<const float4*>(q + (size_t(t) * a.heads + h) * hd)[col];
   float m = -INFINITY, l = 0.0f;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   // Every lane of a warp runs the same iterations (the shuffles need the whole warp).

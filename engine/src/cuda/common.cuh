@@ -585,8 +585,9 @@ __host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) /
 // w's sum of x[k]^2 in squares[w] (blockDim.x / 32 floats): an RMSNorm's sums from the same
 // pass over x. Every thread calls it. A warp loads 4 groups' values before it reduces any (a
 // group at a time waited on each load: the 7B's q/k/v took longer than with a kernel of its
-// own quantizing).
-__device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged, float* squares) {
+// own quantizing). `planar` (K bytes, or null): the values' pair-planar copy too.
+__device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged, float* squares,
+                                             int8_t* planar = nullptr) {
   constexpr int kBatch = 4;  // 16 measured slower (1.5B q/k/v 194 -> 288 us a step: registers)
   int8_t* q = reinterpret_cast<int8_t*>(staged + stage_q8_scales(K));
   const int lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp, groups = K / 32;
@@ -608,6 +609,7 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
       const int8_t value = q8_lane(v[b], scale);
       if (group < groups) {
         q[group * 32 + lane] = value;
+        if (planar) planar[planar_index(group * 32 + lane, K)] = value;
         if (lane == 0) staged[group] = scale;
       }
     }
@@ -615,7 +617,7 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
   sq = warp_sum(sq);
   if (lane == 0) squares[threadIdx.x / kWarp] = sq;
   __syncthreads();
-  return Q8Inputs{q, staged, K};
+  return Q8Inputs{q, staged, K, planar};
 }
 // Its bytes of shared memory.
 constexpr size_t stage_q8_bytes(int K) { return size_t(K) + size_t(stage_q8_scales(K)) * sizeof(float); }

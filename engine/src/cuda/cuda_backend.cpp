@@ -236,6 +236,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                })},
               {"kquant_o_proj_down_ring", layer_dtype_ == DType::Q4_K && residual_ring_ != KqRing::Off && rings_run_here()},
               {"kquant_qkv_ring", any_kquant_layer([&](int l) { return qkv_ring_applies(qkv_args(l), qkv_ring_, sms_); })},
+              {"kquant_pair_planar_inputs", q8_planar_.get() != nullptr},
               {"tensor_core_prefill", tensor_cores},
               {"prefill_gemm", tensor_cores ? gemm_bf16_impl() : "none"},
               {"tensor_core_prefill_min_tokens", kTensorCoreMinTokens},
@@ -610,6 +611,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
       const size_t widest = std::max({H, qd, I});
       q8_q_ = DeviceBuffer(size_t(kMaxVecTokens) * widest);
       q8_d_ = DeviceBuffer(size_t(kMaxVecTokens) * (widest / 32) * sizeof(float));
+      if (layer_dtype_ == DType::Q4_K && kq_planar_enabled()) q8_planar_ = DeviceBuffer(widest);
     }
     // o_proj's int8 inputs written by attention's merge instead of by a launch of their own;
     // RUNAHEAD_CUDA_FUSED_Q8=0 keeps the launch, to measure what this gains.
@@ -850,7 +852,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   }
 
   // The Q8_0 and K-quant kernels' inputs quantized to int8 (kernels.h Q8Scratch); none for other formats.
-  Q8Scratch q8_inputs() const { return Q8Scratch{q8_q_.get<int8_t>(), q8_d_.get<float>()}; }
+  Q8Scratch q8_inputs() const { return Q8Scratch{q8_q_.get<int8_t>(), q8_d_.get<float>(), q8_planar_.get<int8_t>()}; }
 
   DecodeAttention attention_args(int l) const {
     DecodeAttention a = attention_;
@@ -882,9 +884,12 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   void enqueue_matmul_residual(int l, Role role, const float* in, int n) {
     const Tensor& w = w_->layers[l][role];
     const bool from_attention = attention_q8_ && in == att_.get<float>();
+    // Down reads its inputs pair-planar (7B Q4_K_M down 645 -> 624 us a step); o_proj a chunk a
+    // lane, as attention's merge writes them: the same bits whether it or a launch quantizes.
+    Q8Scratch q8 = q8_inputs();
+    if (role != Role::WDown) q8.planar = nullptr;
     matvec_residual_add(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
-                        int(w.cols()), in, n, x_.get<float>(), q8_inputs(), sms_, stream_,
-                        from_attention, residual_ring_);
+                        int(w.cols()), in, n, x_.get<float>(), q8, sms_, stream_, from_attention, residual_ring_);
   }
 
   float* buffer(Buffer b) const {
@@ -1177,7 +1182,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring
   KqRing residual_ring_ = KqRing::Auto;  // allocate(): the same for o_proj and down
   KqRing qkv_ring_ = KqRing::Auto;       // allocate(): the same for q/k/v
-  DeviceBuffer q8_q_, q8_d_;  // Q8_0 and K-quant matrices: their inputs quantized (q8_inputs())
+  DeviceBuffer q8_q_, q8_d_, q8_planar_;  // Q8_0 and K-quant matrices: their inputs quantized (q8_inputs())
   DeviceBuffer step_layers_, step_qkv_, step_gate_up_, step_partial_, step_best_, step_sync_;
   DecodeStep step_;
   DecodeStepPlan step_plan_;

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
   extern __shared__ __align__(128) unsigned char smem[];
   float inv = 0.0f;
   ring_gemv<kRows, 2>(
-      shape, smem, [&] { return ring_norm_inputs(x, norm, H, eps, smem, inv); },
+      shape, smem, [&] { return ring_norm_inputs(shape, x, norm, H, eps, smem, inv); },
       [&](int j, const float (&sum)[2]) {
         const float g = sum[0] * inv, u = sum[1] * inv;
         act[j] = g / (1.0f + expf(-g)) * u;
@@ -67,10 +67,12 @@ struct GateUpRingLaunch {
   void (*kernel)(RingShape, const float*, float, int, const float*, float*) = nullptr;
   int blocks = 0;
 };
-GateUpRingLaunch gate_up_ring_launch(const void* w, const void* q6, int H, int I, int n, KqRing use, int sms) {
+GateUpRingLaunch gate_up_ring_launch(const void* w, const void* q6, int H, int I, int n, KqRing use, int sms,
+                                     const Q8Scratch& q8 = {}) {
   GateUpRingLaunch l;
   if (use == KqRing::Off) return l;
-  l.shape = ring_shape_rows(w, q6, 2 * I, 2, H, n, stage_q8_bytes(H));
+  l.shape = ring_shape_rows(w, q6, 2 * I, 2, H, n, ring_norm_staged_bytes(H));
+  with_planar_inputs(l.shape, H, q8);
   if (l.shape.stages == 0) return l;
   l.kernel = ring_rows(l.shape) == RingRows::Q6 ? gate_up_ring_kernel<RingRows::Q6> : gate_up_ring_kernel<RingRows::Q4>;
   int resident = 0;
@@ -85,7 +87,7 @@ void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring) {
   if (dtype == DType::Q4_K) {
-    const GateUpRingLaunch l = gate_up_ring_launch(w_gate_up, scale, H, I, n, ring, sms);
+    const GateUpRingLaunch l = gate_up_ring_launch(w_gate_up, scale, H, I, n, ring, sms, q8);
     if (l.shape.stages > 0) {
       launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, norm, eps, H, x,
                  act);

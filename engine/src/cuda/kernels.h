@@ -49,9 +49,15 @@ struct StepEnd {
 struct Q8Scratch {
   int8_t* q = nullptr;
   float* d = nullptr;
+  int8_t* planar = nullptr;  // K bytes: one token's q pair-planar (kquant.cuh Q8Inputs::planar)
 };
-// kquant.cu — s = x[t, :] * g (g null: 1) quantized per 32 for t < n; K a multiple of 32.
+// kquant.cu — s = x[t, :] * g (g null: 1) quantized per 32 for t < n; K a multiple of 32; for
+// one token with s.planar set, its pair-planar copy too.
 void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream);
+// Whether a backend loaded now gives one token's Q4_K products pair-planar inputs where they
+// are staged or quantized for them (RUNAHEAD_CUDA_KQ_PLANAR=0: no, to measure); a backend that
+// does has Q8Scratch::planar.
+bool kq_planar_enabled();
 
 // embedding.cu — x[t, :] = embed[tokens[t], :]   embed: [V, H], x: [n, H]; `scale`: Q8_0's
 // block scales, a K-quant table's Q6_K rows (as matvec_residual_add's; the table is all Q4_K

@@ -1,5 +1,8 @@
 // K-quant matrices on the device (kquant.cuh): ggml's Q4_K and Q6_K blocks regrouped at load
 // into the rows the matrix-vector kernels read, and widened to bf16 for the tensor-core prefill.
+#include <cstdlib>
+#include <string>
+
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
@@ -48,21 +51,29 @@ __global__ void dequantize_kquant_kernel(const uint8_t* q4, const uint8_t* q6, i
 // grid (ceil(K / 256), n), 256 threads: warp w of block b quantizes the 32 values of token
 // blockIdx.y from 256 b + 32 w (q8_lane: llama.cpp's quantize_q8_1).
 __global__ void __launch_bounds__(256) quantize_inputs_q8_kernel(const float* x, const float* g, int K, int8_t* q,
-                                                                 float* d) {
+                                                                 float* d, int8_t* planar) {
   pdl_wait();
   pdl_trigger();
   const int lane = threadIdx.x % kWarp, group = blockIdx.x * (256 / kWarp) + threadIdx.x / kWarp, t = blockIdx.y;
   if (group * 32 >= K) return;
   const int k = group * 32 + lane;
   float scale;
-  q[size_t(t) * K + k] = q8_lane(g ? x[size_t(t) * K + k] * g[k] : x[size_t(t) * K + k], scale);
+  const int8_t v = q8_lane(g ? x[size_t(t) * K + k] * g[k] : x[size_t(t) * K + k], scale);
+  q[size_t(t) * K + k] = v;
+  if (planar) planar[planar_index(k, K)] = v;
   if (lane == 0) d[size_t(t) * (K / 32) + group] = scale;
 }
 
 }  // namespace
 
 void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream) {
-  launch_pdl(quantize_inputs_q8_kernel, dim3((K + 255) / 256, n), dim3(256), 0, stream, x, g, K, s.q, s.d);
+  launch_pdl(quantize_inputs_q8_kernel, dim3((K + 255) / 256, n), dim3(256), 0, stream, x, g, K, s.q, s.d,
+             n == 1 && K % 64 == 0 ? s.planar : nullptr);
+}
+
+bool kq_planar_enabled() {
+  const char* v = std::getenv("RUNAHEAD_CUDA_KQ_PLANAR");
+  return !(v && std::string(v) == "0");
 }
 
 void pack_kquant_rows(const void* blocks, bool q6, int rows, int K, void* out, cudaStream_t stream) {

@@ -94,11 +94,27 @@ struct Q8Inputs {
   const int8_t* q = nullptr;
   const float* d = nullptr;
   int K = 0;
+  // When set (one token): its q again, pair-planar: the 16-byte piece j (0..3) of inputs
+  // [64 p, 64 p + 64) at planar[j * K / 4 + 16 p], so a warp's lanes, a chunk pair of Q4_K
+  // weights each (q4k_pair), load their inputs as 4 runs of consecutive 16 bytes.
+  const int8_t* planar = nullptr;
 };
+// Where input k of K lies in a pair-planar copy.
+__device__ __forceinline__ int planar_index(int k, int K) { return (k % 64) / 16 * (K / 4) + k / 64 * 16 + k % 16; }
 
 // sum_i w_i * q_i over 16 bytes: w's (int8; the K-quants' unsigned 0..63 fit) times q's.
-__device__ __forceinline__ int run_dot(const uint4& w, const uint4& q) {
-  return __dp4a(int(w.w), int(q.w), __dp4a(int(w.z), int(q.z), __dp4a(int(w.y), int(q.y), __dp4a(int(w.x), int(q.x), 0))));
+__device__ __forceinline__ int run_dot(const uint4& w, const uint4& q, int c = 0) {
+  return __dp4a(int(w.w), int(q.w), __dp4a(int(w.z), int(q.z), __dp4a(int(w.y), int(q.y), __dp4a(int(w.x), int(q.x), c))));
+}
+
+// As run_dot with w's bytes unsigned (0..255).
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ int run_dot_u(const uint4& w, const uint4& q, int c = 0) {
+  return dp4a_us(w.w, q.w, dp4a_us(w.z, q.z, dp4a_us(w.y, q.y, dp4a_us(w.x, q.x, c))));
 }
 
 // The 16 inputs of token t from k (a multiple of 16), their scale, and the sum of their q.
@@ -160,6 +176,43 @@ __device__ __forceinline__ void q4k_chunk(const uint4 (&qv)[R], const uint4 (&hv
   }
 }
 
+// acc[r][0] += row r . x over chunk pair p (chunks 2p and 2p + 1: one sub-block pair of a
+// block, 32 bytes, so one decode of its scales) of R Q4_K rows, one token's inputs laid out
+// pair-planar (Q8Inputs::planar): qv[r] the pair's 32 bytes of 4-bit weights, hv[r] its
+// block's header; a chunk outside [c_begin, c_end) counts as inputs of 0. The low nibbles
+// weigh inputs [k, k + 32) (one int8 scale), the high ones [k + 32, k + 64): their sums are
+// d_x * (d * sc * sum(q * q_x) - dmin * m * sum(q_x)), the integer products exact in f32
+// (|sc * sum| <= 63 * 32 * 15 * 127 < 2^24).
+template <int R, int NT>
+__device__ __forceinline__ void q4k_pair(const uint4 (&qv)[R][2], const uint4 (&hv)[R], int p, int c_begin,
+                                         int c_end, const Q8Inputs& in, float (&acc)[R][NT]) {
+  const int g = p & 3, k = 64 * p;
+  const bool first = 2 * p >= c_begin, second = 2 * p + 2 <= c_end;  // (2p + 1 < c_end)
+  const uint4 zero = make_uint4(0, 0, 0, 0), ones = make_uint4(0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u);
+  const int8_t* q = in.planar + 16 * p;
+  const int plane = in.K / 4;
+  const uint4 l0 = first ? *reinterpret_cast<const uint4*>(q) : zero;
+  const uint4 l1 = second ? *reinterpret_cast<const uint4*>(q + plane) : zero;
+  const uint4 h0 = first ? *reinterpret_cast<const uint4*>(q + 2 * plane) : zero;
+  const uint4 h1 = second ? *reinterpret_cast<const uint4*>(q + 3 * plane) : zero;
+  const float2 d = *reinterpret_cast<const float2*>(in.d + k / 32);
+  const int sum_lo = run_dot(ones, l1, run_dot(ones, l0)), sum_hi = run_dot(ones, h1, run_dot(ones, h0));
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const Q4KScales sm = q4k_scales(hv[r], g);
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&hv[r].x));  // d, dmin
+    const uint4 a = qv[r][0], b = qv[r][1];
+    const int lo = run_dot(make_uint4(b.x & 0x0F0F0F0Fu, b.y & 0x0F0F0F0Fu, b.z & 0x0F0F0F0Fu, b.w & 0x0F0F0F0Fu), l1,
+                           run_dot(make_uint4(a.x & 0x0F0F0F0Fu, a.y & 0x0F0F0F0Fu, a.z & 0x0F0F0F0Fu, a.w & 0x0F0F0F0Fu), l0));
+    // the high nibbles in place (16 times their value, unsigned bytes): one shift of the sum
+    const int hi = run_dot_u(make_uint4(b.x & 0xF0F0F0F0u, b.y & 0xF0F0F0F0u, b.z & 0xF0F0F0F0u, b.w & 0xF0F0F0F0u), h1,
+                             run_dot_u(make_uint4(a.x & 0xF0F0F0F0u, a.y & 0xF0F0F0F0u, a.z & 0xF0F0F0F0u, a.w & 0xF0F0F0F0u), h0)) >> 4;
+    const float dot = fmaf(d.x, float(sm.sc_lo * lo), d.y * float(sm.sc_hi * hi));
+    const float mins = fmaf(d.x, float(sm.m_lo * sum_lo), d.y * float(sm.m_hi * sum_hi));
+    acc[r][0] = fmaf(dm.x, dot, fmaf(-dm.y, mins, acc[r][0]));
+  }
+}
+
 // As q4k_chunk for R Q6_K rows: lv[r] the chunk's low 4 bits, hv[r] its high 2 bits, sc[r] the
 // 8 bytes of int8 scales and d2[r] the 4 bytes of f16 d (q6k_scales_at, q6k_d_at). A run's
 // weights are d * sc * (q - 32).
@@ -215,7 +268,8 @@ __device__ __forceinline__ size_t q6k_d_at(int K, int c) {
 // acc[r][t] += row r . x[t] over chunks [c_begin, c_end) of R Q4_K rows (layout above), as
 // warp_dot_rows (common.cuh) does for the other types; summed across the warp by the caller.
 // One token loads kKqUnroll chunks of each row before it uses them (RUNAHEAD_KQ_UNROLL at build
-// time, to measure another). kTile: the rows lie in a tile in shared memory (weight16).
+// time, to measure another); with pair-planar inputs (one token) a lane takes a chunk pair at a
+// time (q4k_pair). kTile: the rows lie in a tile in shared memory (weight16).
 #ifndef RUNAHEAD_KQ_UNROLL
 #define RUNAHEAD_KQ_UNROLL 2
 #endif
@@ -223,8 +277,23 @@ constexpr int kKqUnroll = RUNAHEAD_KQ_UNROLL;
 template <int R, int NT, bool kTile = false>
 __device__ __forceinline__ void q4k_dot_rows(const uint8_t* const (&row)[R], int K, int c_begin, int c_end,
                                              const Q8Inputs& in, int n, float (&acc)[R][NT]) {
-  constexpr int U = NT > 1 ? 1 : kKqUnroll;
   const int lane = threadIdx.x % 32;
+  if (NT == 1 && in.planar) {
+    // Chunk pairs: a range of odd ends shares its end pair with the next warp's range, each
+    // counting only its own chunk (the rows hold whole blocks, so the pair is in the row).
+    for (int p = c_begin / 2 + lane; 2 * p < c_end; p += 32) {
+      uint4 qv[R][2], hv[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        qv[r][0] = weight16<kTile>(row[r] + size_t(p) * 32);
+        qv[r][1] = weight16<kTile>(row[r] + size_t(p) * 32 + 16);
+        hv[r] = read_only<kTile>(reinterpret_cast<const uint4*>(row[r] + K / 2) + p / 4);
+      }
+      q4k_pair<R, NT>(qv, hv, p, c_begin, c_end, in, acc);
+    }
+    return;
+  }
+  constexpr int U = NT > 1 ? 1 : kKqUnroll;
   for (int c0 = c_begin + lane; c0 < c_end; c0 += 32 * U) {
     uint4 qv[U][R], hv[U][R];
 #pragma unroll

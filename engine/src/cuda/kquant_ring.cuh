@@ -6,8 +6,9 @@
 // consecutive rows of one format (gate/up: its 8 gate rows, then the matching 8 up rows; q/k/v:
 // 8 rows of a head and the 8 that RoPE rotates with them; a plain matrix: 8 rows), a unit is
 // row w of each run. Blocks take tiles round robin. The dot product is q4k_dot_rows /
-// q6k_dot_rows (kquant.cuh) on the same bytes, so a row summed by one warp gives the bits the
-// per-warp kernels give.
+// q6k_dot_rows (kquant.cuh) on the same bytes; the norm-fused rings stage their inputs
+// pair-planar too, so their Q4_K rows go a chunk pair a lane (one decode of the scales for
+// two chunks) where the per-warp kernels go a chunk a lane: the same sums in another order.
 #include <algorithm>
 
 #include "cuda/bulk_copy.cuh"
@@ -35,6 +36,7 @@ struct RingShape {
   int q6_from = 0, K = 0;
   int run_rows = 0, group_rows = 0, group_tiles = 1;
   int tiles = 0, stages = 0, staged_bytes = 0, stage_bytes = 0;
+  int planar_at = 0;  // where in the staged bytes the inputs' pair-planar copy lies (0: none)
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * kRingWarps;
   }
@@ -126,11 +128,13 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
 }
 
 // The inputs of a norm-fused ring (gate/up, q/k/v): x * norm quantized into the block's
-// staged bytes as stage_q8 does, and 1 / rms(x) in `inv`. Every thread calls it (in `inputs`).
-__device__ __forceinline__ Q8Inputs ring_norm_inputs(const float* x, const float* norm, int H, float eps,
-                                                     unsigned char* smem, float& inv) {
+// staged bytes as stage_q8 does (with their pair-planar copy where the shape has room for it),
+// and 1 / rms(x) in `inv`. Every thread calls it (in `inputs`).
+__device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const float* x, const float* norm, int H,
+                                                     float eps, unsigned char* smem, float& inv) {
   __shared__ float squares[kRingWarps + 1];
-  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares);  // ends with a barrier
+  int8_t* planar = s.planar_at ? reinterpret_cast<int8_t*>(smem + s.planar_at) : nullptr;
+  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar);  // ends with a barrier
   float total = 0.0f;
   for (int w = 0; w < kRingWarps + 1; ++w) total += squares[w];
   inv = rsqrtf(total / float(H) + eps);
@@ -171,6 +175,14 @@ inline RingShape ring_shape_rows(const void* q4, const void* q6, int total_rows,
   if (run_rows % kRingWarps != 0 || (q4 && q6)) return RingShape{};
   return ring_shape(q4, q6, q4 ? total_rows : 0, K, P, run_rows, 0, run_rows / kRingWarps, run_rows / kRingWarps,
                     n, staged_bytes);
+}
+// A norm-fused ring's staged bytes (ring_norm_inputs): stage_q8's, then room for the
+// pair-planar copy of the inputs, which with_planar_inputs turns on where the backend reads
+// pair-planar inputs (its Q8Scratch has `planar`; RUNAHEAD_CUDA_KQ_PLANAR=0: not, so Q4_K rows
+// go a chunk a lane, to measure: H200, 7B Q4_K_M, gate/up 842 -> 729 us a step, q/k/v 320 -> 300).
+inline size_t ring_norm_staged_bytes(int K) { return stage_q8_bytes(K) + size_t(K); }
+inline void with_planar_inputs(RingShape& s, int K, const Q8Scratch& q8) {
+  if (s.stages > 0 && q8.planar) s.planar_at = int(stage_q8_bytes(K));
 }
 inline RingRows ring_rows(const RingShape& s) {
   return !s.q4 ? RingRows::Q6 : !s.q6 ? RingRows::Q4 : RingRows::Both;

@@ -49,27 +49,29 @@ bool rings_run_here() { return bulk_copies_on(); }
 
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized, KqRing ring) {
+  // One token's Q4_K rows read the inputs pair-planar where this op quantizes them.
+  const Q8Scratch own{q8.q, q8.d, dtype == DType::Q4_K && n == 1 && !quantized && K % 64 == 0 ? q8.planar : nullptr};
+  const Q8Inputs inputs{q8.q, q8.d, K, own.planar};
   if (dtype == DType::Q4_K && ring != KqRing::Off && n == 1) {
     const RingShape shape = ring_shape_rows(w, scale, rows, 1, K, n, 0);
     if (shape.stages > 0) {
-      if (!quantized) quantize_inputs_q8(in, nullptr, n, K, q8, stream);
+      if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream);
       auto kernel = ring_rows(shape) == RingRows::Q6 ? matvec_residual_ring_kernel<RingRows::Q6>
                                                      : matvec_residual_ring_kernel<RingRows::Q4>;
       int resident = 0;
       const int blocks = ring_blocks(kernel, shape, sms, resident);
-      launch_pdl(kernel, dim3(blocks), dim3(kRingThreads), ring_smem(shape), stream, shape, x,
-                 Q8Inputs{q8.q, q8.d, K});
+      launch_pdl(kernel, dim3(blocks), dim3(kRingThreads), ring_smem(shape), stream, shape, x, inputs);
       return;
     }
   }
   with_matrix_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
-    if constexpr (kQ8Inputs<W>) if (!quantized) quantize_inputs_q8(in, nullptr, n, K, q8, stream);
+    if constexpr (kQ8Inputs<W>) if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream);
     auto kernel = for_vec_tokens(n, [](auto nt) { return matvec_residual_add_kernel<W, decltype(nt)::value>; });
     const int split = gemv_split(rows / 2, K, sms, blocks_per_sm(kernel, kGemvThreads, 0));
     const int blocks = resident_blocks(kernel, kGemvThreads, 0, rows / 2, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), 0, stream, RowMatrix<W>{static_cast<const W*>(w), scale, K, kq_q6_from(w, scale, rows, rows)},
-               rows, in, n, x, split, Q8Inputs{q8.q, q8.d, K});
+               rows, in, n, x, split, inputs);
   });
 }
 

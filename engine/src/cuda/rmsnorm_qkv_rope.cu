@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
   extern __shared__ __align__(128) unsigned char smem[];
   float inv = 0.0f;
   ring_gemv<kRows, 2>(
-      shape, smem, [&] { return ring_norm_inputs(x, a.norm, a.hidden, a.eps, smem, inv); },
+      shape, smem, [&] { return ring_norm_inputs(shape, x, a.norm, a.hidden, a.eps, smem, inv); },
       [&](int first, const float (&sum)[2]) {
         const RowPair r{first, first + a.head_dim / 2};
         if constexpr (kRaw) {
@@ -137,7 +137,8 @@ QkvRingLaunch qkv_ring_launch(const QkvRope& a, int n, KqRing use, int sms) {
   if (use == KqRing::Off || a.dtype != DType::Q4_K || half % kRingWarps != 0) return l;
   const int q6_from = kq_q6_from(a.w, a.scale, heads * a.head_dim, a.q6_from);
   l.shape = ring_shape(a.w, a.scale, q6_from, a.hidden, 2, half, a.head_dim, half / kRingWarps,
-                       heads * (half / kRingWarps), n, stage_q8_bytes(a.hidden), 1);
+                       heads * (half / kRingWarps), n, ring_norm_staged_bytes(a.hidden), 1);
+  with_planar_inputs(l.shape, a.hidden, a.q8);
   if (l.shape.stages == 0 || (use == KqRing::Auto && l.shape.tiles < kQkvRingMinTilesPerSm * sms)) {
     l.shape.stages = 0;
     return l;
