@@ -182,7 +182,7 @@ inline RingShape ring_shape_rows(const void* q4, const void* q6, int total_rows,
 // go a chunk a lane, to measure: H200, 7B Q4_K_M, gate/up 842 -> 729 us a step, q/k/v 320 -> 300).
 inline size_t ring_norm_staged_bytes(int K) { return stage_q8_bytes(K) + size_t(K); }
 inline void with_planar_inputs(RingShape& s, int K, const Q8Scratch& q8) {
-  if (s.stages > 0 && q8.planar) s.planar_at = int(stage_q8_bytes(K));
+  if (s.stages > 0 && s.q4 && q8.planar) s.planar_at = int(stage_q8_bytes(K));  // Q6_K rows read them as stored
 }
 inline RingRows ring_rows(const RingShape& s) {
   return !s.q4 ? RingRows::Q6 : !s.q6 ? RingRows::Q4 : RingRows::Both;
