@@ -34,8 +34,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   // Lanes of a position: cols (a power of two dividing 32), each a float4 column; `groups`
   // positions at a time across the block.
   const int cols = hd / 4, groups = kThreads / cols, col = threadIdx.x % cols, group = threadIdx.x / cols;
-  // The position was advanced by the previous step, at least two kernels back: final before
-  // pdl_wait (this kernel starts only once the one before the previous one is done).
+  // The position was advanced by the previous step, at least two kernels back, so it is final
+  // before pdl_wait: this kernel starts only once every block of the previous one has passed
+  // its own pdl_wait, that is once the kernel before that one is done.
   const int len = *pos + t + 1;
   const int chunk = (len + S - 1) / S;
   const int begin = min(len, split * chunk), end = min(len, begin + chunk), count = end - begin;

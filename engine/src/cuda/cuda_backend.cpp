@@ -884,7 +884,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   void enqueue_matmul_residual(int l, Role role, const float* in, int n) {
     const Tensor& w = w_->layers[l][role];
     const bool from_attention = attention_q8_ && in == att_.get<float>();
-    // Down reads its inputs pair-planar (7B Q4_K_M down 645 -> 624 us a step); o_proj a chunk a
+    // Down reads its inputs pair-planar (7B Q4_K_M down 653 -> 635 us a step); o_proj a chunk a
     // lane, as attention's merge writes them: the same bits whether it or a launch quantizes.
     Q8Scratch q8 = q8_inputs();
     if (role != Role::WDown) q8.planar = nullptr;
