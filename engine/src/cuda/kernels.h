@@ -52,7 +52,7 @@ struct Q8Scratch {
   int8_t* planar = nullptr;  // K bytes: one token's q pair-planar (kquant.cuh Q8Inputs::planar)
 };
 // kquant.cu — s = x[t, :] * g (g null: 1) quantized per 32 for t < n; K a multiple of 32; for
-// one token with s.planar set, its pair-planar copy too.
+// one token with s.planar set (K a multiple of 64, as a K-quant row's is), its pair-planar copy too.
 void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream);
 // Whether a backend loaded now gives one token's Q4_K products pair-planar inputs where they
 // are staged or quantized for them (RUNAHEAD_CUDA_KQ_PLANAR=0: no, to measure); a backend that

@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(256) quantize_inputs_q8_kernel(const float* x,
 
 void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream) {
   launch_pdl(quantize_inputs_q8_kernel, dim3((K + 255) / 256, n), dim3(256), 0, stream, x, g, K, s.q, s.d,
-             n == 1 && K % 64 == 0 ? s.planar : nullptr);
+             n == 1 ? s.planar : nullptr);
 }
 
 bool kq_planar_enabled() {

@@ -50,7 +50,7 @@ bool rings_run_here() { return bulk_copies_on(); }
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized, KqRing ring) {
   // One token's Q4_K rows read the inputs pair-planar where this op quantizes them.
-  const Q8Scratch own{q8.q, q8.d, dtype == DType::Q4_K && n == 1 && !quantized && K % 64 == 0 ? q8.planar : nullptr};
+  const Q8Scratch own{q8.q, q8.d, dtype == DType::Q4_K && n == 1 && !quantized ? q8.planar : nullptr};
   const Q8Inputs inputs{q8.q, q8.d, K, own.planar};
   if (dtype == DType::Q4_K && ring != KqRing::Off && n == 1) {
     const RingShape shape = ring_shape_rows(w, scale, rows, 1, K, n, 0);
