@@ -572,10 +572,13 @@ template <class Kernel> int blocks_per_sm(Kernel kernel, int threads, size_t sme
 
 // Lane l's value v of 32 (one per lane of the warp) quantized as llama.cpp's quantize_q8_1:
 // scale = largest magnitude / 127, q = round(v / scale) (0 when all are 0).
+__device__ __forceinline__ int8_t q8_value(float v, float amax, float scale) {
+  return int8_t(amax == 0.0f ? 0 : int(roundf(v / scale)));
+}
 __device__ __forceinline__ int8_t q8_lane(float v, float& scale) {
   const float amax = warp_max(fabsf(v));
   scale = amax / 127.0f;
-  return int8_t(amax == 0.0f ? 0 : int(roundf(v / scale)));
+  return q8_value(v, amax, scale);
 }
 
 // The floats before stage_q8's int8 values: its K / 32 scales, padded to 16 bytes.
@@ -583,39 +586,51 @@ __host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) /
 // One token's inputs x[k] * g[k] quantized as quantize_inputs_q8 does (the same bits) into
 // shared memory: `staged` holds K / 32 scales (stage_q8_scales), then K int8 values; and warp
 // w's sum of x[k]^2 in squares[w] (blockDim.x / 32 floats): an RMSNorm's sums from the same
-// pass over x. Every thread calls it. A warp loads 4 groups' values before it reduces any (a
-// group at a time waited on each load: the 7B's q/k/v took longer than with a kernel of its
-// own quantizing). `planar` (K bytes, or null): the values' pair-planar copy too.
+// pass over x. Every thread calls it. x is the previous kernel's output, read after pdl_wait,
+// so its loads are on the step's critical path: a lane loads 4 consecutive values a load and
+// issues kStageLoads loads of x and of g before it uses any (a group of 32 is 8 lanes), so a
+// block of 9 warps stages K <= 4608 in one round trip to memory. (A value a lane and 4 groups
+// a round took 4 rounds for the 7B's K = 3584; H200, Q4_K_M, us a step alone: 7B q/k/v 300 ->
+// 200, gate/up 722 -> 626; 1.5B q/k/v 186 -> 160, gate/up 324 -> 281.) `planar` (K bytes, or
+// null): the values' pair-planar copy too.
+constexpr int kStageLoads = 4;
 __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged, float* squares,
                                              int8_t* planar = nullptr) {
-  constexpr int kBatch = 4;  // 16 measured slower (1.5B q/k/v 194 -> 288 us a step: registers)
   int8_t* q = reinterpret_cast<int8_t*>(staged + stage_q8_scales(K));
-  const int lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp, groups = K / 32;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   float sq = 0.0f;
-  for (int first = threadIdx.x / kWarp; first < groups; first += kBatch * warps) {
-    float v[kBatch];
+  for (int base = 0; base < K; base += kStageLoads * warps * 128) {
+    float4 xv[kStageLoads], gv[kStageLoads];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int k = (first + b * warps) * 32 + lane;
-      const bool in_range = first + b * warps < groups;
-      const float xv = in_range ? x[k] : 0.0f;
-      sq = fmaf(xv, xv, sq);
-      v[b] = in_range ? xv * g[k] : 0.0f;
+    for (int u = 0; u < kStageLoads; ++u) {
+      const int k = base + (u * warps + warp) * 128 + 4 * lane;  // K % 32 == 0: a group is all in or out
+      xv[u] = k < K ? *reinterpret_cast<const float4*>(x + k) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      gv[u] = k < K ? __ldg(reinterpret_cast<const float4*>(g + k)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int group = first + b * warps;
-      float scale;
-      const int8_t value = q8_lane(v[b], scale);
-      if (group < groups) {
-        q[group * 32 + lane] = value;
-        if (planar) planar[planar_index(group * 32 + lane, K)] = value;
-        if (lane == 0) staged[group] = scale;
+    for (int u = 0; u < kStageLoads; ++u) {
+      const int k = base + (u * warps + warp) * 128 + 4 * lane;
+      if (base + (u * warps + warp) * 128 >= K) break;  // the warp's whole load is past the end
+      const float4 a = xv[u], b = gv[u];
+      sq = fmaf(a.x, a.x, fmaf(a.y, a.y, fmaf(a.z, a.z, fmaf(a.w, a.w, sq))));
+      const float v[4] = {a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w};
+      float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+      for (int o = 1; o < 8; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));  // the group's 8 lanes
+      const float scale = amax / 127.0f;
+      uint32_t packed = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        packed |= uint32_t(uint8_t(q8_value(v[i], amax, scale))) << (8 * i);
+      if (k < K) {
+        *reinterpret_cast<uint32_t*>(q + k) = packed;
+        if (planar) *reinterpret_cast<uint32_t*>(planar + planar_index(k, K)) = packed;
+        if (lane % 8 == 0) staged[k / 32] = scale;
       }
     }
   }
   sq = warp_sum(sq);
-  if (lane == 0) squares[threadIdx.x / kWarp] = sq;
+  if (lane == 0) squares[warp] = sq;
   __syncthreads();
   return Q8Inputs{q, staged, K, planar};
 }
