@@ -182,19 +182,21 @@ __device__ __forceinline__ void q4k_chunk(const uint4 (&qv)[R], const uint4 (&hv
 // block's header; a chunk outside [c_begin, c_end) counts as inputs of 0. The low nibbles
 // weigh inputs [k, k + 32) (one int8 scale), the high ones [k + 32, k + 64): their sums are
 // d_x * (d * sc * sum(q * q_x) - dmin * m * sum(q_x)), the integer products exact in f32
-// (|sc * sum| <= 63 * 32 * 15 * 127 < 2^24).
+// (|sc * sum| <= 63 * 32 * 15 * 127 < 2^24). qv[r][0] holds the pair's bytes [16 half,
+// 16 half + 16) (chunk 2p + half), qv[r][1] the other 16 (RUNAHEAD_KQ_PAIR_SWAP).
 template <int R, int NT>
-__device__ __forceinline__ void q4k_pair(const uint4 (&qv)[R][2], const uint4 (&hv)[R], int p, int c_begin,
+__device__ __forceinline__ void q4k_pair(const uint4 (&qv)[R][2], const uint4 (&hv)[R], int p, int half, int c_begin,
                                          int c_end, const Q8Inputs& in, float (&acc)[R][NT]) {
   const int g = p & 3, k = 64 * p;
   const bool first = 2 * p >= c_begin, second = 2 * p + 2 <= c_end;  // (2p + 1 < c_end)
   const uint4 zero = make_uint4(0, 0, 0, 0), ones = make_uint4(0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u);
   const int8_t* q = in.planar + 16 * p;
-  const int plane = in.K / 4;
-  const uint4 l0 = first ? *reinterpret_cast<const uint4*>(q) : zero;
-  const uint4 l1 = second ? *reinterpret_cast<const uint4*>(q + plane) : zero;
-  const uint4 h0 = first ? *reinterpret_cast<const uint4*>(q + 2 * plane) : zero;
-  const uint4 h1 = second ? *reinterpret_cast<const uint4*>(q + 3 * plane) : zero;
+  const int plane = in.K / 4, a_at = half * plane, b_at = (1 - half) * plane;
+  const bool a_in = half ? second : first, b_in = half ? first : second;
+  const uint4 l0 = a_in ? *reinterpret_cast<const uint4*>(q + a_at) : zero;
+  const uint4 l1 = b_in ? *reinterpret_cast<const uint4*>(q + b_at) : zero;
+  const uint4 h0 = a_in ? *reinterpret_cast<const uint4*>(q + 2 * plane + a_at) : zero;
+  const uint4 h1 = b_in ? *reinterpret_cast<const uint4*>(q + 2 * plane + b_at) : zero;
   const float2 d = *reinterpret_cast<const float2*>(in.d + k / 32);
   const int sum_lo = run_dot(ones, l1, run_dot(ones, l0)), sum_hi = run_dot(ones, h1, run_dot(ones, h0));
 #pragma unroll
@@ -270,6 +272,19 @@ __device__ __forceinline__ size_t q6k_d_at(int K, int c) {
 // One token loads kKqUnroll chunks of each row before it uses them (RUNAHEAD_KQ_UNROLL at build
 // time, to measure another); with pair-planar inputs (one token) a lane takes a chunk pair at a
 // time (q4k_pair). kTile: the rows lie in a tile in shared memory (weight16).
+// A tile in shared memory (a ring's): lanes take consecutive pairs, 32 bytes apart, so the 8
+// lanes of a quarter warp loading the same half of their pairs hit 4 banks twice (two
+// wavefronts a load where one does). Lanes 4-7 of each 8 load the pair's second half first,
+// which spreads each load over all 32 banks; their pair-planar inputs then come from the other
+// planes first, conflict-free where a plane (K / 4 bytes) is a multiple of 128 (elsewhere the
+// inputs would conflict instead, so every lane takes the first half first). The integer sums
+// are the same either way. H200, 7B Q4_K_M, us a step alone: gate/up 632 -> 607, q/k/v 201 ->
+// 206; the step 2.138 -> 2.117 ms/token. From global memory (the per-warp kernels) it measured
+// slower (7B down 630 -> 646), so there every lane takes the first half first.
+// RUNAHEAD_KQ_PAIR_SWAP=0 at build time turns it off, to measure.
+#ifndef RUNAHEAD_KQ_PAIR_SWAP
+#define RUNAHEAD_KQ_PAIR_SWAP 1
+#endif
 #ifndef RUNAHEAD_KQ_UNROLL
 #define RUNAHEAD_KQ_UNROLL 2
 #endif
@@ -281,15 +296,16 @@ __device__ __forceinline__ void q4k_dot_rows(const uint8_t* const (&row)[R], int
   if (NT == 1 && in.planar) {
     // Chunk pairs: a range of odd ends shares its end pair with the next warp's range, each
     // counting only its own chunk (the rows hold whole blocks, so the pair is in the row).
+    const int half = RUNAHEAD_KQ_PAIR_SWAP && kTile && (K / 4) % 128 == 0 ? (lane >> 2) & 1 : 0;
     for (int p = c_begin / 2 + lane; 2 * p < c_end; p += 32) {
       uint4 qv[R][2], hv[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        qv[r][0] = weight16<kTile>(row[r] + size_t(p) * 32);
-        qv[r][1] = weight16<kTile>(row[r] + size_t(p) * 32 + 16);
+        qv[r][0] = weight16<kTile>(row[r] + size_t(p) * 32 + 16 * half);
+        qv[r][1] = weight16<kTile>(row[r] + size_t(p) * 32 + 16 * (1 - half));
         hv[r] = read_only<kTile>(reinterpret_cast<const uint4*>(row[r] + K / 2) + p / 4);
       }
-      q4k_pair<R, NT>(qv, hv, p, c_begin, c_end, in, acc);
+      q4k_pair<R, NT>(qv, hv, p, half, c_begin, c_end, in, acc);
     }
     return;
   }
