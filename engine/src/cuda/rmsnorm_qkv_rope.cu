@@ -122,10 +122,12 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
 // The ring's launch for one token's q/k/v, or stages 0 where it does not apply: rows not K-quant,
 // half a head not a multiple of 8 rows, not one stage of a tile fitting (a block of the 7B's
 // 288 tiles gets at most one, so one stage does: its copy starts before pdl_wait); or (Auto)
-// fewer than kQkvRingMinTilesPerSm tiles a multiprocessor. Measured on an H200 (Q4_K_M, decode
-// at context 512): the 7B's 288 tiles, q/k/v 438 -> 324 us a step, 2.571 -> 2.470 ms/token;
-// the 1.5B's 128 (under one a multiprocessor), q/k/v 194 -> 187 us but the step 1.208 -> 1.214.
-constexpr int kQkvRingMinTilesPerSm = 2;
+// fewer tiles than half the multiprocessors. Measured on an H200 (Q4_K_M, decode at context
+// 512): the 7B's 288 tiles, q/k/v 438 -> 324 us a step, 2.571 -> 2.470 ms/token (v23). The
+// 1.5B's 128 lost while each block staged its inputs in several rounds of loads (q/k/v 194 ->
+// 187 us, the step 1.208 -> 1.214), so the ring wanted 2 tiles a multiprocessor; with the
+// inputs in one round (v25) it gains there too: q/k/v 154 -> 122 us, the step 1.110 -> 1.084
+// (forced, against the warps' own loads, same binary). Fewer tiles are not measured.
 struct QkvRingLaunch {
   RingShape shape{};
   void (*kernel)(RingShape, QkvRope, const float*, const int*, float*) = nullptr;
@@ -139,7 +141,7 @@ QkvRingLaunch qkv_ring_launch(const QkvRope& a, int n, KqRing use, int sms) {
   l.shape = ring_shape(a.w, a.scale, q6_from, a.hidden, 2, half, a.head_dim, half / kRingWarps,
                        heads * (half / kRingWarps), n, ring_norm_staged_bytes(a.hidden), 1);
   with_planar_inputs(l.shape, a.hidden, a.q8);
-  if (l.shape.stages == 0 || (use == KqRing::Auto && l.shape.tiles < kQkvRingMinTilesPerSm * sms)) {
+  if (l.shape.stages == 0 || (use == KqRing::Auto && 2 * l.shape.tiles < sms)) {
     l.shape.stages = 0;
     return l;
   }
