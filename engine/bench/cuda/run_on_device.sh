@@ -115,10 +115,13 @@ if [ "${Q4_K_M:-0}" = 1 ]; then
       --reps 50 --weights q4_k_m > "$OUT/bench-q4_k_m-$shape.txt" 2>&1
     log "bench $shape --weights q4_k_m: exit $? -- $(grep -E '^(model|decode|prefill)' "$OUT/bench-q4_k_m-$shape.txt" | tr '\n' ' ')"
     cat "$OUT/bench-q4_k_m-$shape.txt"
-    # the same without pair-planar inputs (Q4_K rows a chunk a lane), beside it
-    RUNAHEAD_CUDA_KQ_PLANAR=0 timeout 240 "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx 512 --tokens 256 \
-      --prefill 0 --reps 50 --weights q4_k_m 2>&1 | grep -E "^decode" | sed "s/^/$shape q4_k_m, RUNAHEAD_CUDA_KQ_PLANAR=0: /" |
-      tee -a "$OUT/summary.txt"
+    # the same without pair-planar inputs (Q4_K rows a chunk a lane), and without the q/k/v
+    # ring (the warps' own loads), beside it
+    for switch in RUNAHEAD_CUDA_KQ_PLANAR=0 RUNAHEAD_CUDA_KQ_RING_QKV=0; do
+      env "$switch" timeout 240 "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx 512 --tokens 256 \
+        --prefill 0 --reps 50 --weights q4_k_m 2>&1 | grep -E "^decode" | sed "s/^/$shape q4_k_m, $switch: /" |
+        tee -a "$OUT/summary.txt"
+    done
   done
 fi
 # Side by side with a base commit: both engines, the same shapes, interleaved runs (A B A B).
