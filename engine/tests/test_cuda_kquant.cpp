@@ -262,9 +262,9 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention give the same logi
 }
 
 // One token's gate/up on K-quant rows of one format streams its rows through a ring of bulk
-// copies in shared memory (kquant_ring.cuh), and so do o_proj and down where their rows fit,
-// and q/k/v; RUNAHEAD_CUDA_KQ_RING=0 / RUNAHEAD_CUDA_KQ_RING_RESIDUAL=0 /
-// RUNAHEAD_CUDA_KQ_RING_QKV=0 keep the warps' own loads; one token's Q4_K rows go a chunk pair
+// copies in shared memory (kquant_ring.cuh), and so do o_proj and down (several warps a row
+// where two stages of 8 rows do not fit), and q/k/v; RUNAHEAD_CUDA_KQ_RING=0 /
+// RUNAHEAD_CUDA_KQ_RING_RESIDUAL=0 / RUNAHEAD_CUDA_KQ_RING_QKV=0 keep the warps' own loads; one token's Q4_K rows go a chunk pair
 // a lane on pair-planar inputs (RUNAHEAD_CUDA_KQ_PLANAR=0: a chunk a lane). The same
 // products; where the per-warp kernel splits a short row over several warps, or a lane takes a
 // pair of chunks, the sums are added in another order, so the logits agree to a small fraction
@@ -293,6 +293,31 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
     auto [residual_ring, residual_loads] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_RESIDUAL", "1");
     CHECK(residual_ring->describe()["optimizations"]["kquant_o_proj_down_ring"] == true);
     CHECK(residual_loads->describe()["optimizations"]["kquant_o_proj_down_ring"] == false);
+    // ... with 2 and 8 warps a row (long rows such as the 7B's down take 4: two stages of 8 do
+    // not fit; at 8 a warp sums one or two chunks of o_proj's rows, a pair cut at its ends)
+    auto [split2, auto2] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_SPLIT", "2");
+    auto [split8, auto8] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_SPLIT", "8");
+    // ... and as the 7B's o_proj and down go (two runs a tile, the inputs copied to shared
+    // memory): 8 warps a row against 1
+    setenv("RUNAHEAD_CUDA_KQ_RING_LONG", "1", 1);
+    auto [long8, long1] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_SPLIT", "8");
+    unsetenv("RUNAHEAD_CUDA_KQ_RING_LONG");
+    // ... and as for long matrices against not: a warp sums a row of each half of the matrix at
+    // once, from inputs copied to shared memory: the same sums
+    {
+      auto [copied, read] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_LONG", "1");
+      std::mt19937 rng(31);
+      const std::vector<int32_t> prompt = random_tokens(24, V, rng);
+      std::vector<float> a, b;
+      copied->forward(prompt, 1, a);
+      read->forward(prompt, 1, b);
+      for (int i = 0; i < 6; ++i) {
+        int32_t next = argmax_row(b, 0, V);
+        copied->forward(std::span<const int32_t>(&next, 1), 1, a);
+        read->forward(std::span<const int32_t>(&next, 1), 1, b);
+        CHECK(a == b);
+      }
+    }
     // q/k/v through it (tiles of a head's rows and those RoPE pairs them with; the mix's layer
     // 0 has Q4_K q/k and Q6_K v), against none
     auto [qkv_ring, qkv_loads] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_QKV", "force");
@@ -309,6 +334,8 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
     CHECK(plain->describe()["optimizations"]["kquant_pair_planar_inputs"] == false);
     CHECK(plain->describe()["optimizations"]["kquant_gate_up_ring"] == true);
     for (auto [x, y] : {std::pair{ring.get(), loads.get()}, std::pair{residual_ring.get(), residual_loads.get()},
+                        std::pair{split2.get(), auto2.get()}, std::pair{split8.get(), auto8.get()},
+                        std::pair{long8.get(), long1.get()},
                         std::pair{qkv_ring.get(), qkv_loads.get()}, std::pair{planar.get(), plain.get()}}) {
       std::mt19937 rng(29);
       const std::vector<int32_t> prompt = random_tokens(24, V, rng);

@@ -115,9 +115,10 @@ if [ "${Q4_K_M:-0}" = 1 ]; then
       --reps 50 --weights q4_k_m > "$OUT/bench-q4_k_m-$shape.txt" 2>&1
     log "bench $shape --weights q4_k_m: exit $? -- $(grep -E '^(model|decode|prefill)' "$OUT/bench-q4_k_m-$shape.txt" | tr '\n' ' ')"
     cat "$OUT/bench-q4_k_m-$shape.txt"
-    # the same without pair-planar inputs (Q4_K rows a chunk a lane), and without the q/k/v
-    # ring (the warps' own loads), beside it
-    for switch in RUNAHEAD_CUDA_KQ_PLANAR=0 RUNAHEAD_CUDA_KQ_RING_QKV=0; do
+    # the same without pair-planar inputs (Q4_K rows a chunk a lane), without the q/k/v ring
+    # (the warps' own loads), and with o_proj and down's ring not laid out for long matrices
+    # (one run a tile, the inputs read from L1), beside it
+    for switch in RUNAHEAD_CUDA_KQ_PLANAR=0 RUNAHEAD_CUDA_KQ_RING_QKV=0 RUNAHEAD_CUDA_KQ_RING_LONG=0; do
       env "$switch" timeout 240 "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx 512 --tokens 256 \
         --prefill 0 --reps 50 --weights q4_k_m 2>&1 | grep -E "^decode" | sed "s/^/$shape q4_k_m, $switch: /" |
         tee -a "$OUT/summary.txt"

@@ -627,6 +627,14 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     };
     gate_up_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING");
     residual_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING_RESIDUAL");
+    // RUNAHEAD_CUDA_KQ_RING_SPLIT=1|2|4|8: o_proj's and down's ring with that many warps a row
+    // wherever two stages of it fit; RUNAHEAD_CUDA_KQ_RING_LONG=1|0: as for long matrices or not
+    // (kernels.h RingTuning), to measure.
+    const char* split = std::getenv("RUNAHEAD_CUDA_KQ_RING_SPLIT");
+    const int s = split ? std::atoi(split) : 0;
+    residual_tuning_.split = s == 1 || s == 2 || s == 4 || s == 8 ? s : 0;
+    const char* long_rows = std::getenv("RUNAHEAD_CUDA_KQ_RING_LONG");
+    residual_tuning_.long_rows = !long_rows ? 0 : std::string(long_rows) == "0" ? -1 : 1;
     qkv_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING_QKV");
   }
 
@@ -889,7 +897,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     Q8Scratch q8 = q8_inputs();
     if (role != Role::WDown) q8.planar = nullptr;
     matvec_residual_add(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
-                        int(w.cols()), in, n, x_.get<float>(), q8, sms_, stream_, from_attention, residual_ring_);
+                        int(w.cols()), in, n, x_.get<float>(), q8, sms_, stream_, from_attention, residual_ring_,
+                        residual_tuning_);
   }
 
   float* buffer(Buffer b) const {
@@ -1181,6 +1190,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring
   KqRing residual_ring_ = KqRing::Auto;  // allocate(): the same for o_proj and down
+  RingTuning residual_tuning_;            // allocate(): their ring's shape (0s: its rule)
   KqRing qkv_ring_ = KqRing::Auto;       // allocate(): the same for q/k/v
   DeviceBuffer q8_q_, q8_d_, q8_planar_;  // Q8_0 and K-quant matrices: their inputs quantized (q8_inputs())
   DeviceBuffer step_layers_, step_qkv_, step_gate_up_, step_partial_, step_best_, step_sync_;

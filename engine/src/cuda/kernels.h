@@ -67,9 +67,9 @@ void embedding_lookup(const void* embed, DType dtype, const void* scale, int H, 
 
 // One token's product with a K-quant matrix may stream its rows through a ring of bulk copies
 // in shared memory (kquant_ring.cuh) rather than each warp loading its own: Auto where the
-// shape measured faster for it (x += in W^T: wherever two stages of 8 rows fit, o_proj; down's
-// long rows do not; gate/up and q/k/v: where there are enough tiles, the 7B's and not the
-// 1.5B's), Forced wherever it can run, Off never.
+// shape measured faster for it (x += in W^T: always, two stages of 8 rows or, for long rows
+// such as down's, of fewer rows with several warps a row; gate/up and q/k/v: where there are
+// enough tiles, the 7B's and not the 1.5B's), Forced wherever it can run, Off never.
 enum class KqRing { Off, Auto, Forced };
 // Whether this device runs the rings (bulk copies: compute capability 9.0 or more).
 bool rings_run_here();
@@ -130,9 +130,15 @@ void attention_decode(const DecodeAttention& a, const float* q, int n, const int
 // matrix's Q6_K rows (dtype Q4_K; the matrix itself is its Q4_K rows: kquant.cuh), else null.
 // `q8`: a Q8_0 or K-quant matrix's quantized inputs (here and below); `quantized`: q8 already
 // holds `in` quantized (written by the op before), else this quantizes it first.
+// `tuning`: the ring's warps a row (1, 2, 4, 8: wherever two stages of it fit) and whether it
+// goes as for long matrices (1 yes, -1 no: matvec_residual.cu residual_ring), to measure; 0:
+// its rule.
+struct RingTuning {
+  int split = 0, long_rows = 0;
+};
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
-                         KqRing ring = KqRing::Off);
+                         KqRing ring = KqRing::Off, RingTuning tuning = {});
 
 // gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
 // u = ... . Wu[j]   w_gate_up: [2I, H], Wg its first I rows, Wu the rest; x: [n, H], act: [n, I]

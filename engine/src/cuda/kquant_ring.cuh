@@ -5,10 +5,13 @@
 // kRingWarps consumer warps take a unit each from a tile. A tile is P runs of kRingWarps
 // consecutive rows of one format (gate/up: its 8 gate rows, then the matching 8 up rows; q/k/v:
 // 8 rows of a head and the 8 that RoPE rotates with them; a plain matrix: 8 rows), a unit is
-// row w of each run. Blocks take tiles round robin. The dot product is q4k_dot_rows /
-// q6k_dot_rows (kquant.cuh) on the same bytes; the norm-fused rings stage their inputs
-// pair-planar too, so their Q4_K rows go a chunk pair a lane (one decode of the scales for
-// two chunks) where the per-warp kernels go a chunk a lane: the same sums in another order.
+// row w of each run. Rows too long for two stages of 8 (the 7B's down: 10.4 KB a Q4_K row)
+// go `split` warps a unit: a tile is then 8 / split rows a run, each warp sums its part of K
+// and the unit's first warp adds the parts in order. Blocks take tiles round robin. The dot
+// product is q4k_dot_rows / q6k_dot_rows (kquant.cuh) on the same bytes; the norm-fused rings
+// stage their inputs pair-planar too, so their Q4_K rows go a chunk pair a lane (one decode of
+// the scales for two chunks) where the per-warp kernels go a chunk a lane: the same sums in
+// another order.
 #include <algorithm>
 
 #include "cuda/bulk_copy.cuh"
@@ -37,19 +40,25 @@ struct RingShape {
   int run_rows = 0, group_rows = 0, group_tiles = 1;
   int tiles = 0, stages = 0, staged_bytes = 0, stage_bytes = 0;
   int planar_at = 0;  // where in the staged bytes the inputs' pair-planar copy lies (0: none)
+  int split = 1;      // warps a unit (1, 2, 4 or 8): a run of a tile is kRingWarps / split rows
+  __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
-    return (tile / group_tiles) * group_rows + (tile % group_tiles) * kRingWarps;
+    return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
   }
   __host__ __device__ const uint8_t* row(int r) const {
     return r < q6_from ? q4 + size_t(r) * q4k_row_bytes(K) : q6 + size_t(r - q6_from) * q6k_row_bytes(K);
   }
 };
 
+// A barrier of the consumer warps alone (the producer warp has left: named barrier 1).
+__device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %0;" ::"r"(kRingWarps * kWarp) : "memory"); }
+
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
 // synchronise the block) and returns the int8 inputs; `epilogue(row, acc)` runs in lane 0 of
-// the consumer warp that summed unit w of a tile: `row` is row w of the tile's run 0, acc[p]
-// row w of run p.
-template <RingRows kRows, int P, class Inputs, class Epilogue>
+// the consumer warp that summed unit w of a tile (its first warp where split > 1): `row` is
+// row w of the tile's run 0, acc[p] row w of run p.
+// kSplit: whether s.split may be more than 1 (else it is 1, and each warp sums whole rows).
+template <RingRows kRows, int P, bool kSplit = false, class Inputs, class Epilogue>
 __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* smem, Inputs inputs, Epilogue epilogue) {
   __shared__ uint64_t full[kRingMaxStages], empty[kRingMaxStages];
   unsigned char* ring = smem + s.staged_bytes;
@@ -80,7 +89,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   const auto issue = [&](int i) {  // this block's i-th tile into stage i % stages
     const int stage = i % s.stages;
     const Tile t = tile_of(i);
-    const size_t run = kRingWarps * t.row_bytes;
+    const size_t run = s.tile_rows() * t.row_bytes;
     if (i >= s.stages) mbarrier_wait(&empty[stage], (i / s.stages - 1) & 1);
     unsigned char* dst = ring + size_t(stage) * s.stage_bytes;
     mbarrier_expect_bytes(&full[stage], unsigned(P * run));
@@ -100,7 +109,11 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
       for (; issued < mine; ++issued) issue(issued);
     return;
   }
-  const int chunks = s.K / Chunk<KQWeight>::kElems;
+  // This warp's unit of a tile and its part of K (chunks [c_begin, c_end)).
+  const int split = kSplit ? s.split : 1, unit = warp / split, part = warp % split, tile_rows = kRingWarps / split;
+  const int chunks = s.K / Chunk<KQWeight>::kElems, per_part = (chunks + split - 1) / split;
+  const int c_begin = min(chunks, part * per_part), c_end = min(chunks, c_begin + per_part);
+  __shared__ float parts[2][kRingWarps][P];  // split > 1: the warps' sums, by tile parity
   for (int i = 0; i < mine; ++i) {
     const int stage = i % s.stages;
     const Tile t = tile_of(i);
@@ -108,21 +121,34 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     const unsigned char* tile = ring + size_t(stage) * s.stage_bytes;
     const uint8_t* row[P];
 #pragma unroll
-    for (int p = 0; p < P; ++p) row[p] = tile + (p * kRingWarps + warp) * t.row_bytes;
+    for (int p = 0; p < P; ++p) row[p] = tile + (p * tile_rows + unit) * t.row_bytes;
     float acc[P][1];
 #pragma unroll
     for (int p = 0; p < P; ++p) acc[p][0] = 0.0f;
     if (t.q6)
-      q6k_dot_rows<P, 1, true>(row, s.K, 0, chunks, in, 1, acc);
+      q6k_dot_rows<P, 1, true>(row, s.K, c_begin, c_end, in, 1, acc);
     else
-      q4k_dot_rows<P, 1, true>(row, s.K, 0, chunks, in, 1, acc);
+      q4k_dot_rows<P, 1, true>(row, s.K, c_begin, c_end, in, 1, acc);
     float sum[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) sum[p] = warp_sum(acc[p][0]);
     __syncwarp();
-    if (lane == 0) {
-      mbarrier_arrive(&empty[stage]);
-      epilogue(t.first + warp, sum);
+    if (lane == 0) mbarrier_arrive(&empty[stage]);
+    if (split == 1) {
+      if (lane == 0) epilogue(t.first + warp, sum);
+      continue;
+    }
+    // The parts of this tile's units meet in `parts`; a slot is written again two tiles on,
+    // after every consumer has passed the next tile's barrier (so after its reader read it).
+    if (lane == 0)
+#pragma unroll
+      for (int p = 0; p < P; ++p) parts[i & 1][warp][p] = sum[p];
+    consumer_barrier();
+    if (part == 0 && lane == 0) {
+      for (int q = 1; q < split; ++q)
+#pragma unroll
+        for (int p = 0; p < P; ++p) sum[p] += parts[i & 1][warp + q][p];
+      epilogue(t.first + unit, sum);
     }
   }
 }
@@ -141,14 +167,33 @@ __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const f
   return in;
 }
 
+// The int8 inputs in q8 (global memory) copied into the block's staged bytes (the scales, then
+// the values the rows read: pair-planar where `planar`, else as stored), so that the consumers'
+// loads of them wait on shared memory rather than L1 (stage_q8_bytes(K) bytes). Every thread
+// calls it (in `inputs`); it ends with a barrier.
+__device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool planar, unsigned char* smem) {
+  const int K = q8.K, scales = K / 32;
+  float* d = reinterpret_cast<float*>(smem);
+  int8_t* q = reinterpret_cast<int8_t*>(smem + size_t(scales) * sizeof(float));
+  const uint4* from_q = reinterpret_cast<const uint4*>(planar ? q8.planar : q8.q);
+  const uint4* from_d = reinterpret_cast<const uint4*>(q8.d);
+#pragma unroll 4
+  for (int i = threadIdx.x; i < K / 16; i += blockDim.x) reinterpret_cast<uint4*>(q)[i] = from_q[i];
+  for (int i = threadIdx.x; i < scales / 4; i += blockDim.x) reinterpret_cast<uint4*>(d)[i] = from_d[i];
+  __syncthreads();
+  return Q8Inputs{planar ? nullptr : q, d, K, planar ? q : nullptr};
+}
+
 // Host side: the ring for one token over a K-quant matrix (q4, q6, q6_from as RowMatrix takes
 // them) of K weights a row, its tiles laid out as RingShape describes, or stages 0 where it
 // does not apply: several tokens, fewer than `min_stages` stages fit, a device without bulk
 // copies.
 inline RingShape ring_shape(const void* q4, const void* q6, int q6_from, int K, int P, int run_rows, int group_rows,
-                            int group_tiles, int tiles, int n, size_t staged_bytes, int min_stages = 2) {
+                            int group_tiles, int tiles, int n, size_t staged_bytes, int min_stages = 2, int split = 1,
+                            int blocks_per_sm = kRingBlocksPerSm) {
   RingShape s{};
-  if (n != 1 || tiles <= 0 || q6_from % kRingWarps != 0 || !bulk_copies_on()) return s;
+  s.split = split;
+  if (n != 1 || tiles <= 0 || q6_from % s.tile_rows() != 0 || !bulk_copies_on()) return s;
   s.q4 = static_cast<const uint8_t*>(q4);
   s.q6 = static_cast<const uint8_t*>(q6);
   s.q6_from = q6_from;
@@ -158,23 +203,23 @@ inline RingShape ring_shape(const void* q4, const void* q6, int q6_from, int K, 
   s.group_tiles = group_tiles;
   s.tiles = tiles;
   s.staged_bytes = int((staged_bytes + 127) / 128 * 128);
-  s.stage_bytes = int(P * kRingWarps * std::max(q4 ? q4k_row_bytes(K) : 0, q6 ? q6k_row_bytes(K) : 0));
+  s.stage_bytes = int(P * s.tile_rows() * std::max(q4 ? q4k_row_bytes(K) : 0, q6 ? q6k_row_bytes(K) : 0));
   int device = 0, per_sm = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "cudaDeviceGetAttribute");
-  const int budget = per_sm / kRingBlocksPerSm - 1024 - 512;  // the runtime's 1 KB a block, static shared memory
+  const int budget = per_sm / blocks_per_sm - 1024 - 512;  // the runtime's 1 KB a block, static shared memory
   const int stages = std::min(kRingMaxStages, (budget - s.staged_bytes) / s.stage_bytes);
   s.stages = stages >= min_stages ? stages : 0;
   return s;
 }
 // A plain matrix of total_rows rows, or gate/up (P = 2: the first half's rows, then the
-// second's), every row of one format: tile t is rows 8t.. of each run.
+// second's), every row of one format: tile t is rows (8 / split) t.. of each run.
 inline RingShape ring_shape_rows(const void* q4, const void* q6, int total_rows, int P, int K, int n,
-                                 size_t staged_bytes) {
-  const int run_rows = total_rows / P;
+                                 size_t staged_bytes, int split = 1, int blocks_per_sm = kRingBlocksPerSm) {
+  const int run_rows = total_rows / P, tile_rows = kRingWarps / split;
   if (run_rows % kRingWarps != 0 || (q4 && q6)) return RingShape{};
-  return ring_shape(q4, q6, q4 ? total_rows : 0, K, P, run_rows, 0, run_rows / kRingWarps, run_rows / kRingWarps,
-                    n, staged_bytes);
+  return ring_shape(q4, q6, q4 ? total_rows : 0, K, P, run_rows, 0, run_rows / tile_rows, run_rows / tile_rows, n,
+                    staged_bytes, 2, split, blocks_per_sm);
 }
 // A norm-fused ring's staged bytes (ring_norm_inputs): stage_q8's, then room for the
 // pair-planar copy of the inputs, which with_planar_inputs turns on where the backend reads

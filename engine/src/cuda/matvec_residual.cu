@@ -1,4 +1,6 @@
 // The projections that end a sub-layer: x += in W^T (attention output, MLP down).
+#include <type_traits>
+
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 #include "cuda/kquant_ring.cuh"
@@ -35,12 +37,42 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_
 }
 
 // One token's x += in W^T on K-quant rows of one format through a ring of bulk copies
-// (kquant_ring.cuh): a tile is 8 rows; the inputs are the quantized ones in q8 (global memory).
-template <RingRows kRows>
+// (kquant_ring.cuh): a tile is 8 / split rows (kSplit: split may be more than 1), the inputs
+// the quantized ones in q8 (global memory). kLong: a tile is two runs of them, the second from
+// row rows / 2 on (a warp sums a row of each at once, loading the inputs once for both), and
+// each block first copies the inputs into shared memory (ring_copied_inputs).
+template <RingRows kRows, bool kLong, bool kSplit>
 __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
     matvec_residual_ring_kernel(RingShape shape, float* x, Q8Inputs q8) {
   extern __shared__ __align__(128) unsigned char smem[];
-  ring_gemv<kRows, 1>(shape, smem, [&] { return q8; }, [&](int r, const float (&sum)[1]) { x[r] += sum[0]; });
+  constexpr int P = kLong ? 2 : 1;
+  const auto inputs = [&] { return kLong ? ring_copied_inputs(q8, kRows != RingRows::Q6 && q8.planar, smem) : q8; };
+  ring_gemv<kRows, P, kSplit>(shape, smem, inputs, [&](int r, const float (&sum)[P]) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) x[r + p * shape.run_rows] += sum[p];
+  });
+}
+
+// The ring for x += in W^T, with the fewest warps a row (split) that fit two stages: 3 blocks a
+// multiprocessor and 8 rows a tile where they fit, else several warps a row (the 1.5B's down:
+// 2; H200, Q4_K_M, us a step alone against the warps' own loads: 261 -> 205). Matrices of at
+// least 3072 rows and 3072 columns (the 7B's o_proj and down) go as kLong with 2 blocks a
+// multiprocessor: 7B Q4_K_M o_proj 154 -> 126 us, down 630 either way, the step 2.099 -> 2.066
+// ms/token; the 1.5B's o_proj loses that way (65 -> 74). `tuning` forces either.
+struct ResidualRing {
+  RingShape shape;
+  bool long_rows = false;
+};
+ResidualRing residual_ring(const void* w, const void* scale, int rows, int K, RingTuning tuning) {
+  const bool long_rows =
+      rows % (2 * kRingWarps) == 0 && (tuning.long_rows ? tuning.long_rows > 0 : rows >= 3072 && K >= 3072);
+  const size_t staged = long_rows ? stage_q8_bytes(K) : 0;
+  for (int split = tuning.split ? tuning.split : 1; split <= kRingWarps; split *= 2) {
+    const RingShape shape = ring_shape_rows(w, scale, rows, long_rows ? 2 : 1, K, 1, staged, split,
+                                            long_rows ? 2 : kRingBlocksPerSm);
+    if (shape.stages > 0 || tuning.split) return {shape, long_rows};
+  }
+  return {};
 }
 
 }  // namespace
@@ -48,16 +80,25 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
 bool rings_run_here() { return bulk_copies_on(); }
 
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
-                         float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized, KqRing ring) {
+                         float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized, KqRing ring,
+                         RingTuning tuning) {
   // One token's Q4_K rows read the inputs pair-planar where this op quantizes them.
   const Q8Scratch own{q8.q, q8.d, dtype == DType::Q4_K && n == 1 && !quantized ? q8.planar : nullptr};
   const Q8Inputs inputs{q8.q, q8.d, K, own.planar};
   if (dtype == DType::Q4_K && ring != KqRing::Off && n == 1) {
-    const RingShape shape = ring_shape_rows(w, scale, rows, 1, K, n, 0);
+    const ResidualRing ring_of = residual_ring(w, scale, rows, K, tuning);
+    const RingShape& shape = ring_of.shape;
     if (shape.stages > 0) {
       if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream);
-      auto kernel = ring_rows(shape) == RingRows::Q6 ? matvec_residual_ring_kernel<RingRows::Q6>
-                                                     : matvec_residual_ring_kernel<RingRows::Q4>;
+      const bool split = shape.split > 1;
+      auto pick = [&](auto rows_c) {
+        constexpr RingRows kR = decltype(rows_c)::value;
+        if (ring_of.long_rows)
+          return split ? matvec_residual_ring_kernel<kR, true, true> : matvec_residual_ring_kernel<kR, true, false>;
+        return split ? matvec_residual_ring_kernel<kR, false, true> : matvec_residual_ring_kernel<kR, false, false>;
+      };
+      auto kernel = ring_rows(shape) == RingRows::Q6 ? pick(std::integral_constant<RingRows, RingRows::Q6>{})
+                                                     : pick(std::integral_constant<RingRows, RingRows::Q4>{});
       int resident = 0;
       const int blocks = ring_blocks(kernel, shape, sms, resident);
       launch_pdl(kernel, dim3(blocks), dim3(kRingThreads), ring_smem(shape), stream, shape, x, inputs);
