@@ -58,21 +58,18 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
 // 2; H200, Q4_K_M, us a step alone against the warps' own loads: 261 -> 205). Matrices of at
 // least 3072 rows and 3072 columns (the 7B's o_proj and down) go as kLong with 2 blocks a
 // multiprocessor: 7B Q4_K_M o_proj 154 -> 126 us, down 630 either way, the step 2.099 -> 2.066
-// ms/token; the 1.5B's o_proj loses that way (65 -> 74). `tuning` forces either.
-struct ResidualRing {
-  RingShape shape;
-  bool long_rows = false;
-};
-ResidualRing residual_ring(const void* w, const void* scale, int rows, int K, RingTuning tuning) {
+// ms/token; the 1.5B's o_proj loses that way (65 -> 74). `tuning` forces either. A kLong
+// shape is the one of two runs (run_rows half the rows).
+RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingTuning tuning) {
   const bool long_rows =
       rows % (2 * kRingWarps) == 0 && (tuning.long_rows ? tuning.long_rows > 0 : rows >= 3072 && K >= 3072);
   const size_t staged = long_rows ? stage_q8_bytes(K) : 0;
   for (int split = tuning.split ? tuning.split : 1; split <= kRingWarps; split *= 2) {
     const RingShape shape = ring_shape_rows(w, scale, rows, long_rows ? 2 : 1, K, 1, staged, split,
                                             long_rows ? 2 : kRingBlocksPerSm);
-    if (shape.stages > 0 || tuning.split) return {shape, long_rows};
+    if (shape.stages > 0 || tuning.split) return shape;
   }
-  return {};
+  return RingShape{};
 }
 
 }  // namespace
@@ -86,14 +83,13 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
   const Q8Scratch own{q8.q, q8.d, dtype == DType::Q4_K && n == 1 && !quantized ? q8.planar : nullptr};
   const Q8Inputs inputs{q8.q, q8.d, K, own.planar};
   if (dtype == DType::Q4_K && ring != KqRing::Off && n == 1) {
-    const ResidualRing ring_of = residual_ring(w, scale, rows, K, tuning);
-    const RingShape& shape = ring_of.shape;
+    const RingShape shape = residual_ring(w, scale, rows, K, tuning);
     if (shape.stages > 0) {
       if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream);
-      const bool split = shape.split > 1;
+      const bool long_rows = shape.run_rows < rows, split = shape.split > 1;
       auto pick = [&](auto rows_c) {
         constexpr RingRows kR = decltype(rows_c)::value;
-        if (ring_of.long_rows)
+        if (long_rows)
           return split ? matvec_residual_ring_kernel<kR, true, true> : matvec_residual_ring_kernel<kR, true, false>;
         return split ? matvec_residual_ring_kernel<kR, false, true> : matvec_residual_ring_kernel<kR, false, false>;
       };
