@@ -137,10 +137,15 @@ TEST_CASE("cuda ops: rmsnorm_qkv_rope_append, attention, residual, gate_up_swigl
     CHECK(rel_error(v_got, v_ref) < 1e-5);
 
     // Attention over the cache as the projection left it, decode and prefill kernels.
-    for (int splits : {1, 3, 16}) {
+    // Each split count merged through global memory, and in a cluster where one runs.
+    for (const auto& [splits, cluster] : {std::pair{1, false}, {3, false}, {16, false}, {3, true}, {16, true}}) {
       CAPTURE(splits);
+      CAPTURE(cluster);
+      if (cluster && !rings_run_here()) continue;  // clusters: Hopper on
+      if (cluster) REQUIRE(attention_cluster_fits(splits));
       DecodeAttention att;
       att.heads = heads, att.kv_heads = kv_heads, att.head_dim = hd, att.capacity = cap, att.splits = splits;
+      att.cluster = cluster;
       att.k_cache = dk.get<float>();
       att.v_cache = dv.get<float>();
       DeviceBuffer partial(attention_partial_floats(heads, hd, splits) * 4),

@@ -1,31 +1,59 @@
 // Attention of new tokens over the f32 KV cache, with grouped-query heads.
-// Decode: split-K over positions, the last block of each (token, head) merges the splits.
+// Decode: split-K over positions; the splits of a (token, head) merge in a thread block
+// cluster (Hopper: their partials in each block's shared memory) or, without one, the last
+// block of each (token, head) to finish merges them through global memory.
 // (Prefill attention lives in attention_prefill.cu.)
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
 namespace runahead::cuda {
 namespace {
 
-constexpr int kThreads = 128;
 constexpr int kMaxHeadDim = 128;
-
-// grid (splits, heads, n); block kThreads. Partial of split s: [m, l, acc[head_dim]] with
-// m the largest raw score, l = sum exp((s - m) * scale), acc = sum exp(...) v. A block's
-// loads are few rounds of independent ones, each a memory latency: a position's key and
-// value rows are read together by head_dim / 4 lanes (a group), a float4 each (q in
-// registers), kBatch positions a lane in flight; each group keeps its own online softmax
-// over its positions, the groups are combined in shared memory; the last block of each
-// (token, head) to finish merges the splits, every split's values loaded at once.
 constexpr int kBatch = 8;
-static_assert(kThreads == kMaxHeadDim, "the merge gives each thread one dimension of the head");
+
+// The cluster's barrier (every thread of every block arrives; release/acquire orders the
+// shared-memory writes before it with the reads after it), this block's rank in it, and a
+// float of block `rank`'s shared memory at the address of `p` in this one.
+__device__ __forceinline__ void cluster_sync() {
+  RUNAHEAD_SM90(asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;" ::: "memory"));
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r = 0;
+  RUNAHEAD_SM90(asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)));
+  return r;
+}
+__device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
+  float v = 0.0f;
+  RUNAHEAD_SM90(asm volatile("{\n .reg .u32 a;\n mapa.shared::cluster.u32 a, %1, %2;\n ld.shared::cluster.f32 %0, [a];\n}"
+                             : "=f"(v)
+                             : "r"(smem_address(p)), "r"(rank)
+                             : "memory"));
+  return v;
+}
+
+// grid (splits, heads, n); block kThreads; kCluster: the splits of a (token, head) are one
+// cluster. Partial of split s: [m, l, acc[head_dim]] with m the largest raw score,
+// l = sum exp((s - m) * scale), acc = sum exp(...) v. A position's key and value rows are read
+// together by head_dim / 4 lanes (a group), a float4 each (q in registers), kBatch positions
+// a lane in flight; each group keeps its own online softmax over its positions, the groups
+// are combined in shared memory, then the splits are merged, every split's values loaded at
+// once. The cache rows before *pos were written by earlier steps, so the first round of them
+// is loaded before pdl_wait, beside the previous kernel (q/k/v, which appends this step's
+// rows); the rows from *pos on are loaded after it.
+template <int kThreads, bool kCluster>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttention a, const float* q,
                                                                    const int* pos, float* out) {
+  static_assert(kThreads >= kMaxHeadDim, "the merge gives each thread at most one dimension of the head");
   __shared__ float4 group_acc[kThreads];       // [groups][cols]: group g's acc, dimension g * head_dim + d as floats
   __shared__ float group_m[kThreads], group_l[kThreads];
+  __shared__ float mine[2 + kMaxHeadDim];      // kCluster: this split's m, l and values
   __shared__ float weight[kWarp];
   __shared__ bool last;
   const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, S = gridDim.x;
@@ -37,38 +65,64 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   // The position was advanced by the previous step, at least two kernels back, so it is final
   // before pdl_wait: this kernel starts only once every block of the previous one has passed
   // its own pdl_wait, that is once the kernel before that one is done.
-  const int len = *pos + t + 1;
+  const int p0 = *pos, len = p0 + t + 1;
   const int chunk = (len + S - 1) / S;
   const int begin = min(len, split * chunk), end = min(len, begin + chunk), count = end - begin;
+  const int written = p0 - begin;  // positions i < written of this split were written by earlier steps
   const float4* K = reinterpret_cast<const float4*>(a.k_cache + size_t(begin) * kv_dim + size_t(kv) * hd);
   const float4* V = reinterpret_cast<const float4*>(a.v_cache + size_t(begin) * kv_dim + size_t(kv) * hd);
   const int row4 = kv_dim / 4;
+  float4 k[kBatch], v[kBatch];
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const int i = group + b * groups;
+    const bool early = i < count && i < written;
+    k[b] = early ? K[size_t(i) * row4 + col] : zero;
+    v[b] = early ? V[size_t(i) * row4 + col] : zero;
+  }
   pdl_wait();
   pdl_trigger();
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const int i = group + b * groups;
+    if (i < count && i >= written) k[b] = K[size_t(i) * row4 + col], v[b] = V[size_t(i) * row4 + col];
+  }
   const float4 q4 = reinterpret_cast<const float4*>(q + (size_t(t) * a.heads + h) * hd)[col];
   float m = -INFINITY, l = 0.0f;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 acc = zero;
   // Every lane of a warp runs the same iterations (the shuffles need the whole warp).
   for (int i0 = group; i0 - group < count; i0 += kBatch * groups) {
-    float4 k[kBatch], v[kBatch];
+    if (i0 != group) {
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = i0 + b * groups;
-      k[b] = i < count ? K[size_t(i) * row4 + col] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      v[b] = i < count ? V[size_t(i) * row4 + col] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      float dot = fmaf(q4.x, k[b].x, fmaf(q4.y, k[b].y, fmaf(q4.z, k[b].z, q4.w * k[b].w)));
-      for (int o = cols / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-      if (i0 + b * groups < count) {  // the same for every lane of the group
-        const float m_new = fmaxf(m, dot);
-        const float c = expf((m - m_new) * scale), p = expf((dot - m_new) * scale);
-        l = fmaf(l, c, p);
-        acc.x = fmaf(acc.x, c, p * v[b].x), acc.y = fmaf(acc.y, c, p * v[b].y);
-        acc.z = fmaf(acc.z, c, p * v[b].z), acc.w = fmaf(acc.w, c, p * v[b].w);
-        m = m_new;
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = i0 + b * groups;
+        k[b] = i < count ? K[size_t(i) * row4 + col] : zero;
+        v[b] = i < count ? V[size_t(i) * row4 + col] : zero;
       }
+    }
+    // The batch's scores, then one rescale to their largest and independent exponentials.
+    float dot[kBatch], m_new = m;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      dot[b] = fmaf(q4.x, k[b].x, fmaf(q4.y, k[b].y, fmaf(q4.z, k[b].z, q4.w * k[b].w)));
+      for (int o = cols / 2; o > 0; o >>= 1) dot[b] += __shfl_xor_sync(0xffffffffu, dot[b], o);
+      if (i0 + b * groups < count) m_new = fmaxf(m_new, dot[b]);  // the same for every lane of the group
+    }
+    if (m_new != -INFINITY) {  // else no position of this group in the batch
+      const float c = expf((m - m_new) * scale);
+      l *= c;
+      acc.x *= c, acc.y *= c, acc.z *= c, acc.w *= c;
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (i0 + b * groups < count) {
+          const float p = expf((dot[b] - m_new) * scale);
+          l += p;
+          acc.x = fmaf(p, v[b].x, acc.x), acc.y = fmaf(p, v[b].y, acc.y);
+          acc.z = fmaf(p, v[b].z, acc.z), acc.w = fmaf(p, v[b].w, acc.w);
+        }
+      }
+      m = m_new;
     }
   }
   group_acc[threadIdx.x] = acc;  // = group * cols + col
@@ -81,43 +135,59 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   for (int g = 0; g < groups; ++g) M = fmaxf(M, group_m[g]);
   const auto group_weight = [&](int g) { return group_m[g] == -INFINITY ? 0.0f : expf((group_m[g] - M) * scale); };
   const size_t stride = size_t(hd) + 2;
-  float* part = a.partial + (size_t(t) * a.heads + h) * S * stride;
+  float* part = kCluster ? mine : a.partial + (size_t(t) * a.heads + h) * S * stride + split * stride;
   const int d = threadIdx.x;
   if (d < hd) {
     const float* accs = reinterpret_cast<const float*>(group_acc);
     float total = 0.0f;
     for (int g = 0; g < groups; ++g) total = fmaf(group_weight(g), accs[g * hd + d], total);
-    part[split * stride + 2 + d] = total;
+    part[2 + d] = total;
   }
   if (threadIdx.x == 0) {
     float L = 0.0f;
     for (int g = 0; g < groups; ++g) L = fmaf(group_weight(g), group_l[g], L);
-    part[split * stride] = M;
-    part[split * stride + 1] = L;
+    part[0] = M;
+    part[1] = L;
   }
 
-  // The last block of this (token, head) to finish merges every split.
-  __threadfence();
-  __syncthreads();
+  // Every split's values, m and l, loaded at once: from the cluster's blocks, or (the last
+  // block of this (token, head) to finish) from global memory.
   int* counter = a.counters + size_t(t) * a.heads + h;
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == S - 1;
-  __syncthreads();
-  if (!last) return;
-  // Split s weighs exp((m_s - M) * scale) / sum_s exp((m_s - M) * scale) l_s; every split's
-  // m, l and values are loaded before any is used.
-  __threadfence();
-  float values[kWarp];
-#pragma unroll
-  for (int s = 0; s < kWarp; ++s) values[s] = s < S && d < hd ? __ldcg(part + s * stride + 2 + d) : 0.0f;
-  if (threadIdx.x < kWarp) {
-    const int s = threadIdx.x;
-    const float ms = s < S ? __ldcg(part + s * stride) : -INFINITY;
-    const float ls = s < S ? __ldcg(part + s * stride + 1) : 0.0f;
-    const float Ms = warp_max(ms);
-    const float w = s < S && ms != -INFINITY ? expf((ms - Ms) * scale) : 0.0f;
-    const float den = warp_sum(w * ls);
-    weight[s] = w / den;
+  bool merges;
+  if constexpr (kCluster) {
+    cluster_sync();
+    merges = cluster_rank() == 0;
+  } else {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1) == S - 1;
+    __syncthreads();
+    merges = last;
+    if (merges) __threadfence();
   }
+  const auto partial = [&](int s, int at) {
+    if constexpr (kCluster)
+      return cluster_load(mine + at, unsigned(s));
+    else
+      return __ldcg(a.partial + ((size_t(t) * a.heads + h) * S + s) * stride + at);
+  };
+  // Split s weighs exp((m_s - M) * scale) / sum_s exp((m_s - M) * scale) l_s.
+  float values[kWarp];
+  if (merges) {
+#pragma unroll
+    for (int s = 0; s < kWarp; ++s) values[s] = s < S && d < hd ? partial(s, 2 + d) : 0.0f;
+    if (threadIdx.x < kWarp) {
+      const int s = threadIdx.x;
+      const float ms = s < S ? partial(s, 0) : -INFINITY;
+      const float ls = s < S ? partial(s, 1) : 0.0f;
+      const float Ms = warp_max(ms);
+      const float w = s < S && ms != -INFINITY ? expf((ms - Ms) * scale) : 0.0f;
+      const float den = warp_sum(w * ls);
+      weight[s] = w / den;
+    }
+  }
+  if constexpr (kCluster) cluster_sync();  // the other blocks' shared memory stays until it is read
+  if (!merges) return;
   __syncthreads();
   if (d >= hd) return;  // whole warps (head_dim a multiple of 32 when quantizing)
   const int width = a.heads * hd;
@@ -125,21 +195,99 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
 #pragma unroll
   for (int s = 0; s < kWarp; ++s)
     if (s < S) num = fmaf(weight[s], values[s], num);
-  const size_t k = size_t(h) * hd + d;
-  out[size_t(t) * width + k] = num;
+  const size_t kk = size_t(h) * hd + d;
+  out[size_t(t) * width + kk] = num;
   if (a.q8.q) {
     float q8_scale;
-    a.q8.q[size_t(t) * width + k] = q8_lane(num, q8_scale);
-    if (threadIdx.x % kWarp == 0) a.q8.d[size_t(t) * (width / 32) + k / 32] = q8_scale;
+    a.q8.q[size_t(t) * width + kk] = q8_lane(num, q8_scale);
+    if (threadIdx.x % kWarp == 0) a.q8.d[size_t(t) * (width / 32) + kk / 32] = q8_scale;
   }
-  if (threadIdx.x == 0) *counter = 0;
+  if (!kCluster && threadIdx.x == 0) *counter = 0;
+}
+
+// RUNAHEAD_CUDA_ATTENTION_THREADS=128|256 forces the block size (threads_for), to measure.
+int forced_threads() {
+  static const int threads = [] {
+    const char* v = std::getenv("RUNAHEAD_CUDA_ATTENTION_THREADS");
+    const std::string s = v ? v : "";
+    return s == "128" ? 128 : s == "256" ? 256 : 0;
+  }();
+  return threads;
+}
+template <int kThreads, bool kCluster> void launch(const DecodeAttention& a, const float* q, int n, const int* pos,
+                                                   float* out, cudaStream_t stream) {
+  const auto kernel = attention_decode_kernel<kThreads, kCluster>;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(a.splits, a.heads, n);
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  if constexpr (kCluster) {
+    static const bool allowed = (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+                                            "cudaFuncSetAttribute(attention cluster)"),
+                                 true);
+    (void)allowed;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = unsigned(a.splits);
+    attr[1].val.clusterDim.y = 1;
+    attr[1].val.clusterDim.z = 1;
+    config.numAttrs = 2;
+  }
+  check_cuda(cudaLaunchKernelEx(&config, kernel, a, q, pos, out), "cudaLaunchKernelEx(attention)");
+}
+
+// Blocks of 256 threads (8 positions at a time for a head_dim of 128, so 64 a round of loads)
+// where the grid fits in one wave of them, else of 128 (two waves of the wider blocks: H200,
+// the 7B's 28 heads x 15 splits at 2 blocks of 256 a multiprocessor, us a step alone: 252 at
+// 128 threads, 363 at 256; the 1.5B's 12 x 16 splits: 207 at 128, 184 at 256).
+int threads_for(const DecodeAttention& a, int n) {
+  if (forced_threads()) return forced_threads();
+  static const int resident = [] {
+    int device = 0, sms = 0, per_sm = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_decode_kernel<256, false>, 256, 0),
+               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    return sms * per_sm;
+  }();
+  return a.splits * a.heads * n <= resident ? 256 : 128;
 }
 
 }  // namespace
 
 // About three blocks a multiprocessor (H200, Q4_K_M decode at context 512, ms/token: 1.5B's 12
-// heads, 22 splits a head 1.263, 32 1.239; 7B's 28 heads, 10 2.663, 19 2.675).
+// heads, 22 splits a head 1.263, 32 1.239; 7B's 28 heads, 10 2.663, 19 2.675). The backend
+// takes at most kMaxAttentionCluster of them to merge in a cluster (1.5B: 32 -> 16), which
+// gained more than the splits lost: the 1.5B 1.028 -> 1.004 ms/token, 7B 2.070 -> 2.030
+// (v27); at context 2048 the 1.5B 1.190 -> 1.189.
 int attention_splits(int heads, int sms) { return std::clamp((3 * sms + heads - 1) / heads, 1, kWarp); }
+
+bool attention_cluster_fits(int splits) {
+  if (splits < 2 || splits > kMaxAttentionCluster || !bulk_copies_on()) return false;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(splits, 1, 1);
+  config.blockDim = dim3(256);  // the wider block (the narrower one fits where it does)
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(splits);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  const auto kernel = attention_decode_kernel<256, true>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+             "cudaFuncSetAttribute(attention cluster)");
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();  // not a sticky error: the splits merge through global memory
+    return false;
+  }
+  return clusters > 0;
+}
 
 size_t attention_partial_floats(int heads, int head_dim, int splits) {
   return size_t(kMaxVecTokens) * heads * splits * (head_dim + 2);
@@ -148,10 +296,16 @@ size_t attention_partial_floats(int heads, int head_dim, int splits) {
 void attention_decode(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
                       cudaStream_t stream) {
   if (a.q8.q && a.head_dim % 32 != 0) throw EngineError("internal", "attention_decode: quantized outputs need head_dim % 32 == 0");
-  if (a.head_dim % 4 != 0 || kThreads % (a.head_dim / 4) != 0 || a.head_dim > kMaxHeadDim)
+  if (a.head_dim % 4 != 0 || 128 % (a.head_dim / 4) != 0 || a.head_dim > kMaxHeadDim)
     throw EngineError("unsupported", "head_dim " + std::to_string(a.head_dim) +
                                          ": the CUDA attention needs a multiple of 4 that divides 512, at most 128");
-  launch_pdl(attention_decode_kernel, dim3(a.splits, a.heads, n), dim3(kThreads), 0, stream, a, q, pos, out);
+  if (a.cluster && (a.splits < 2 || a.splits > kMaxAttentionCluster))
+    throw EngineError("internal", "attention_decode: a cluster of " + std::to_string(a.splits) + " splits");
+  const bool wide = threads_for(a, n) == 256;
+  if (a.cluster)
+    wide ? launch<256, true>(a, q, n, pos, out, stream) : launch<128, true>(a, q, n, pos, out, stream);
+  else
+    wide ? launch<256, false>(a, q, n, pos, out, stream) : launch<128, false>(a, q, n, pos, out, stream);
 }
 
 }  // namespace runahead::cuda

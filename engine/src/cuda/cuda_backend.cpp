@@ -229,6 +229,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"fused_rmsnorm_qkv_rope_kv_append", true},
               {"fused_rmsnorm_gate_up_swiglu", true},
               {"split_k_decode_attention", attention_.splits},
+              {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"kquant_gate_up_ring", any_kquant_layer([&](int l) {
                  return gate_up_ring_applies(layers_[l].w_gate_up.get(), layers_[l].w_gate_up_scale.get(),
@@ -583,9 +584,15 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     attention_.head_dim = hd;
     attention_.capacity = capacity_;
     attention_.splits = attention_splits(c_.num_heads, sms_);
-    // RUNAHEAD_CUDA_ATTENTION_SPLITS=n (1..32) sets the splits a head, to measure the choice.
+    // The splits of a head merge in a cluster where one of them runs (at most 16 a head then);
+    // RUNAHEAD_CUDA_ATTENTION_CLUSTER=0: through global memory, and
+    // RUNAHEAD_CUDA_ATTENTION_SPLITS=n (1..32) sets the splits a head, to measure the choices.
+    const char* cluster = std::getenv("RUNAHEAD_CUDA_ATTENTION_CLUSTER");
+    const bool try_cluster = !(cluster && std::string(cluster) == "0");
+    if (try_cluster) attention_.splits = std::min(attention_.splits, kMaxAttentionCluster);
     if (const char* splits = std::getenv("RUNAHEAD_CUDA_ATTENTION_SPLITS"))
       attention_.splits = std::clamp(std::atoi(splits), 1, 32);
+    attention_.cluster = try_cluster && attention_cluster_fits(attention_.splits);
     attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
     attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
     check_cuda(cudaMemset(attention_counters_.get(), 0, attention_counters_.bytes()), "cudaMemset");

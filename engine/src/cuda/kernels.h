@@ -106,10 +106,14 @@ bool qkv_ring_applies(const QkvRope& a, KqRing ring, int sms);
 
 // attention.cu — out[t, h] = softmax(q[t, h] . K[0 : p+1]^T / sqrt(head_dim)) V[0 : p+1]
 // with p = *pos + t and K, V the cache rows of kv head h / (heads / kv_heads). Split-K:
-// `splits` blocks per (token, head) each take a slice of the positions; the last block
-// to finish merges the slices. q, out: [n, heads * head_dim].
+// `splits` blocks per (token, head) each take a slice of the positions; with `cluster` they
+// are a thread block cluster and merge the slices through its shared memory (Hopper;
+// attention_cluster_fits), else the last block to finish merges them through `partial`.
+// q, out: [n, heads * head_dim].
+constexpr int kMaxAttentionCluster = 16;  // blocks of a cluster (beyond the portable 8)
 struct DecodeAttention {
   int heads = 0, kv_heads = 0, head_dim = 0, capacity = 0, splits = 0;
+  bool cluster = false;
   const float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
   const float* v_cache = nullptr;
   float* partial = nullptr;  // attention_partial_floats(...)
@@ -119,6 +123,8 @@ struct DecodeAttention {
   Q8Scratch q8{};
 };
 int attention_splits(int heads, int sms);
+// Whether clusters of `splits` attention blocks run on this device.
+bool attention_cluster_fits(int splits);
 size_t attention_partial_floats(int heads, int head_dim, int splits);
 void attention_decode(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
                       cudaStream_t stream);

@@ -3,6 +3,7 @@
 #ifdef RUNAHEAD_CUDA
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "cuda/check.h"
@@ -211,7 +212,8 @@ Run cuda_attention(int heads, int kv_heads, int head_dim, const std::vector<floa
     a.kv_heads = kv_heads;
     a.head_dim = head_dim;
     a.capacity = len;
-    a.splits = attention_splits(heads, kSms);
+    a.splits = std::min(attention_splits(heads, kSms), kMaxAttentionCluster);  // as the backend runs it
+    a.cluster = attention_cluster_fits(a.splits);
     auto partial = zeros(attention_partial_floats(heads, head_dim, a.splits) * 4);
     auto counters = zeros(size_t(kMaxVecTokens) * heads * sizeof(int));
     a.k_cache = kd->get<float>();
