@@ -196,7 +196,7 @@ TEST_CASE("cuda k-quant: Q4_K, Q6_K and Q4_K_M's mix run as stored and compute w
     };
     for (const auto& m : models) {
       const std::string model = m.name;
-    CAPTURE(model);
+      CAPTURE(model);
       auto cuda = make_cuda_backend(m.w, options);
       const auto optimizations = cuda->describe()["optimizations"];
       CHECK(optimizations["weights"].get<std::string>().rfind("Q4_K and Q6_K as stored", 0) == 0);
@@ -285,8 +285,9 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention give the same logi
 // One token's gate/up on K-quant rows of one format streams its rows through a ring of bulk
 // copies in shared memory (kquant_ring.cuh), and so do o_proj and down (several warps a row
 // where two stages of 8 rows do not fit), and q/k/v; RUNAHEAD_CUDA_KQ_RING=0 /
-// RUNAHEAD_CUDA_KQ_RING_RESIDUAL=0 / RUNAHEAD_CUDA_KQ_RING_QKV=0 keep the warps' own loads; one token's Q4_K rows go a chunk pair
-// a lane on pair-planar inputs (RUNAHEAD_CUDA_KQ_PLANAR=0: a chunk a lane). The same
+// RUNAHEAD_CUDA_KQ_RING_RESIDUAL=0 / RUNAHEAD_CUDA_KQ_RING_QKV=0 keep the warps' own loads;
+// one token's Q4_K rows go a chunk pair a lane on pair-planar inputs
+// (RUNAHEAD_CUDA_KQ_PLANAR=0: a chunk a lane). The same
 // products; where the per-warp kernel splits a short row over several warps, or a lane takes a
 // pair of chunks, the sums are added in another order, so the logits agree to a small fraction
 // of the largest: ~2e-7 of it, or (where a sum's last bits move an activation across an int8

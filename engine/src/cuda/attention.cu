@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   static_assert(kThreads >= kMaxHeadDim, "the merge gives each thread at most one dimension of the head");
   __shared__ float4 group_acc[kThreads];       // [groups][cols]: group g's acc, dimension g * head_dim + d as floats
   __shared__ float group_m[kThreads], group_l[kThreads];
-  __shared__ float mine[2 + kMaxHeadDim];      // kCluster: this split's m, l and values
+  __shared__ float mine[kCluster ? 2 + kMaxHeadDim : 1];  // kCluster: this split's m, l and values
   __shared__ float weight[kWarp];
   __shared__ bool last;
   const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, S = gridDim.x;
@@ -134,8 +134,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   float M = -INFINITY;
   for (int g = 0; g < groups; ++g) M = fmaxf(M, group_m[g]);
   const auto group_weight = [&](int g) { return group_m[g] == -INFINITY ? 0.0f : expf((group_m[g] - M) * scale); };
-  const size_t stride = size_t(hd) + 2;
-  float* part = kCluster ? mine : a.partial + (size_t(t) * a.heads + h) * S * stride + split * stride;
+  // Split s's partial in global memory (without a cluster).
+  const auto slot = [&](int s) { return a.partial + ((size_t(t) * a.heads + h) * S + s) * (size_t(hd) + 2); };
+  float* part = kCluster ? mine : slot(split);
   const int d = threadIdx.x;
   if (d < hd) {
     const float* accs = reinterpret_cast<const float*>(group_acc);
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
     if constexpr (kCluster)
       return cluster_load(mine + at, unsigned(s));
     else
-      return __ldcg(a.partial + ((size_t(t) * a.heads + h) * S + s) * stride + at);
+      return __ldcg(slot(s) + at);
   };
   // Split s weighs exp((m_s - M) * scale) / sum_s exp((m_s - M) * scale) l_s.
   float values[kWarp];
@@ -214,9 +215,29 @@ int forced_threads() {
   }();
   return threads;
 }
+// The launch attribute that makes the `splits` blocks of a (token, head) one cluster.
+cudaLaunchAttribute cluster_of(int splits) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = unsigned(splits);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+// The cluster kernel, allowed (once) clusters of up to kMaxAttentionCluster blocks, past the
+// portable 8.
+template <int kThreads> auto cluster_kernel() {
+  const auto kernel = attention_decode_kernel<kThreads, true>;
+  static const bool allowed = (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+                                          "cudaFuncSetAttribute(attention cluster)"),
+                               true);
+  (void)allowed;
+  return kernel;
+}
+
 template <int kThreads, bool kCluster> void launch(const DecodeAttention& a, const float* q, int n, const int* pos,
                                                    float* out, cudaStream_t stream) {
-  const auto kernel = attention_decode_kernel<kThreads, kCluster>;
+  const auto kernel = kCluster ? cluster_kernel<kThreads>() : attention_decode_kernel<kThreads, false>;
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
@@ -227,14 +248,7 @@ template <int kThreads, bool kCluster> void launch(const DecodeAttention& a, con
   config.attrs = attr;
   config.numAttrs = 1;
   if constexpr (kCluster) {
-    static const bool allowed = (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
-                                            "cudaFuncSetAttribute(attention cluster)"),
-                                 true);
-    (void)allowed;
-    attr[1].id = cudaLaunchAttributeClusterDimension;
-    attr[1].val.clusterDim.x = unsigned(a.splits);
-    attr[1].val.clusterDim.y = 1;
-    attr[1].val.clusterDim.z = 1;
+    attr[1] = cluster_of(a.splits);
     config.numAttrs = 2;
   }
   check_cuda(cudaLaunchKernelEx(&config, kernel, a, q, pos, out), "cudaLaunchKernelEx(attention)");
@@ -271,18 +285,11 @@ bool attention_cluster_fits(int splits) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(splits, 1, 1);
   config.blockDim = dim3(256);  // the wider block (the narrower one fits where it does)
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(splits);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
+  cudaLaunchAttribute attr = cluster_of(splits);
+  config.attrs = &attr;
   config.numAttrs = 1;
   int clusters = 0;
-  const auto kernel = attention_decode_kernel<256, true>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
-             "cudaFuncSetAttribute(attention cluster)");
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, cluster_kernel<256>(), &config) != cudaSuccess) {
     cudaGetLastError();  // not a sticky error: the splits merge through global memory
     return false;
   }
