@@ -24,6 +24,14 @@ constexpr int kRingThreads = (kRingWarps + 1) * kWarp;  // + the producer warp
 constexpr int kRingMaxStages = 12;
 constexpr int kRingBlocksPerSm = 3;  // 2 measured slower on the 7B gate/up (2.70 against 2.67 ms/token)
 
+// Build-time switch, to measure what bounds a ring (never in a build that is used): 1, the
+// consumers free each stage without summing it (the ring's streaming alone); 2, the producer
+// fills the stages once and the consumers sum those bytes again for every tile (the dot
+// products alone, on the shapes' real tiles). The results are wrong in both.
+#ifndef RUNAHEAD_RING_DIAG
+#define RUNAHEAD_RING_DIAG 0
+#endif
+
 // Which formats a ring's rows have: every row Q4_K, every row Q6_K, or Q4_K rows then Q6_K
 // ones (a fused q/k/v whose v, or k and v, are Q6_K).
 enum class RingRows { Q4, Q6, Both };
@@ -54,12 +62,20 @@ struct RingShape {
 __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %0;" ::"r"(kRingWarps * kWarp) : "memory"); }
 
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
-// synchronise the block) and returns the int8 inputs; `epilogue(row, acc)` runs in lane 0 of
-// the consumer warp that summed unit w of a tile (its first warp where split > 1): `row` is
-// row w of the tile's run 0, acc[p] row w of run p.
+// synchronise the block) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
+// of the consumer warp that summed unit w of a tile (its first warp where split > 1): `row` is
+// row w of the tile's run 0, acc[p] row w of run p, and pre[p] what `preload(row, pre)` left
+// there (0 if nothing), called by the same lane before the tile's stage is waited for: what the
+// epilogue reads from global memory (a residual's old x) loads while the warp sums the tile.
+// Loaded in the epilogue instead, the 7B's down waited on those loads (ncu: long scoreboard 4.4
+// stalls an issue), and with several warps a row its next tile's barrier waited with it.
 // kSplit: whether s.split may be more than 1 (else it is 1, and each warp sums whole rows).
-template <RingRows kRows, int P, bool kSplit = false, class Inputs, class Epilogue>
-__device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* smem, Inputs inputs, Epilogue epilogue) {
+struct NoPreload {
+  template <int P> __device__ void operator()(int, float (&)[P]) const {}
+};
+template <RingRows kRows, int P, bool kSplit = false, class Inputs, class Epilogue, class Preload = NoPreload>
+__device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* smem, Inputs inputs, Epilogue epilogue,
+                                          Preload preload = {}) {
   __shared__ uint64_t full[kRingMaxStages], empty[kRingMaxStages];
   unsigned char* ring = smem + s.staged_bytes;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -105,7 +121,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   pdl_trigger();
   const Q8Inputs in = inputs();
   if (warp == kRingWarps) {
-    if (producer)
+    if (producer && RUNAHEAD_RING_DIAG != 2)
       for (; issued < mine; ++issued) issue(issued);
     return;
   }
@@ -117,7 +133,11 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   for (int i = 0; i < mine; ++i) {
     const int stage = i % s.stages;
     const Tile t = tile_of(i);
-    mbarrier_wait(&full[stage], (i / s.stages) & 1);
+    float pre[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) pre[p] = 0.0f;
+    if (lane == 0 && part == 0) preload(t.first + unit, pre);
+    if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], (i / s.stages) & 1);
     const unsigned char* tile = ring + size_t(stage) * s.stage_bytes;
     const uint8_t* row[P];
 #pragma unroll
@@ -125,7 +145,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     float acc[P][1];
 #pragma unroll
     for (int p = 0; p < P; ++p) acc[p][0] = 0.0f;
-    if (t.q6)
+    if (RUNAHEAD_RING_DIAG == 1)
+      ;
+    else if (t.q6)
       q6k_dot_rows<P, 1, true>(row, s.K, c_begin, c_end, in, 1, acc);
     else
       q4k_dot_rows<P, 1, true>(row, s.K, c_begin, c_end, in, 1, acc);
@@ -133,9 +155,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
 #pragma unroll
     for (int p = 0; p < P; ++p) sum[p] = warp_sum(acc[p][0]);
     __syncwarp();
-    if (lane == 0) mbarrier_arrive(&empty[stage]);
+    if (lane == 0 && RUNAHEAD_RING_DIAG != 2) mbarrier_arrive(&empty[stage]);
     if (split == 1) {
-      if (lane == 0) epilogue(t.first + warp, sum);
+      if (lane == 0) epilogue(t.first + warp, sum, pre);
       continue;
     }
     // The parts of this tile's units meet in `parts`; a slot is written again two tiles on,
@@ -148,7 +170,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
       for (int q = 1; q < split; ++q)
 #pragma unroll
         for (int p = 0; p < P; ++p) sum[p] += parts[i & 1][warp + q][p];
-      epilogue(t.first + unit, sum);
+      epilogue(t.first + unit, sum, pre);
     }
   }
 }

@@ -47,10 +47,16 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int P = kLong ? 2 : 1;
   const auto inputs = [&] { return kLong ? ring_copied_inputs(q8, kRows != RingRows::Q6 && q8.planar, smem) : q8; };
-  ring_gemv<kRows, P, kSplit>(shape, smem, inputs, [&](int r, const float (&sum)[P]) {
+  ring_gemv<kRows, P, kSplit>(
+      shape, smem, inputs,
+      [&](int r, const float (&sum)[P], const float (&old)[P]) {
 #pragma unroll
-    for (int p = 0; p < P; ++p) x[r + p * shape.run_rows] += sum[p];
-  });
+        for (int p = 0; p < P; ++p) x[r + p * shape.run_rows] = old[p] + sum[p];
+      },
+      [&](int r, float (&old)[P]) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) old[p] = x[r + p * shape.run_rows];
+      });
 }
 
 // The ring for x += in W^T, with the fewest warps a row (split) that fit two stages: 3 blocks a

@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
   float inv = 0.0f;
   ring_gemv<kRows, 2>(
       shape, smem, [&] { return ring_norm_inputs(shape, x, a.norm, a.hidden, a.eps, smem, inv); },
-      [&](int first, const float (&sum)[2]) {
+      [&](int first, const float (&sum)[2], const float (&)[2]) {
         const RowPair r{first, first + a.head_dim / 2};
         if constexpr (kRaw) {
           a.qkv[r.first] = sum[0] * inv;
