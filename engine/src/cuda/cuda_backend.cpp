@@ -642,6 +642,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     residual_tuning_.split = s == 1 || s == 2 || s == 4 || s == 8 ? s : 0;
     const char* long_rows = std::getenv("RUNAHEAD_CUDA_KQ_RING_LONG");
     residual_tuning_.long_rows = !long_rows ? 0 : std::string(long_rows) == "0" ? -1 : 1;
+    // RUNAHEAD_CUDA_KQ_RING_LONG_STAGES=n: the long matrices' rings with up to n stages.
+    const char* stages = std::getenv("RUNAHEAD_CUDA_KQ_RING_LONG_STAGES");
+    residual_tuning_.stages = stages ? std::max(0, std::atoi(stages)) : 0;
     qkv_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING_QKV");
   }
 

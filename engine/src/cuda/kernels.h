@@ -137,10 +137,11 @@ void attention_decode(const DecodeAttention& a, const float* q, int n, const int
 // `q8`: a Q8_0 or K-quant matrix's quantized inputs (here and below); `quantized`: q8 already
 // holds `in` quantized (written by the op before), else this quantizes it first.
 // `tuning`: the ring's warps a row (1, 2, 4, 8: wherever two stages of it fit) and whether it
-// goes as for long matrices (1 yes, -1 no: matvec_residual.cu residual_ring), to measure; 0:
-// its rule.
+// goes as for long matrices (1 yes, -1 no: matvec_residual.cu residual_ring), and the long
+// matrices' stages at most, to measure; 0: its rule.
 struct RingTuning {
   int split = 0, long_rows = 0;
+  int stages = 0;  // the long matrices' ring stages at most (0: its rule, 2)
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,

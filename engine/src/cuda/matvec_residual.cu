@@ -40,9 +40,10 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_
 // (kquant_ring.cuh): a tile is 8 / split rows (kSplit: split may be more than 1), the inputs
 // the quantized ones in q8 (global memory). kLong: a tile is two runs of them, the second from
 // row rows / 2 on (a warp sums a row of each at once, loading the inputs once for both), and
-// each block first copies the inputs into shared memory (ring_copied_inputs).
+// each block first copies the inputs into shared memory (ring_copied_inputs); it runs 2 blocks
+// a multiprocessor (residual_ring), so its registers are bounded for 2.
 template <RingRows kRows, bool kLong, bool kSplit>
-__global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
+__global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
     matvec_residual_ring_kernel(RingShape shape, float* x, Q8Inputs q8) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int P = kLong ? 2 : 1;
@@ -66,13 +67,17 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
 // multiprocessor: 7B Q4_K_M o_proj 154 -> 126 us, down 630 either way, the step 2.099 -> 2.066
 // ms/token; the 1.5B's o_proj loses that way (65 -> 74). `tuning` forces either. A kLong
 // shape is the one of two runs (run_rows half the rows).
+// A long matrix's ring takes at most 2 stages: the 7B's Q6_K down rows (split 8, 31 KB a stage)
+// fit 3, and with 3 down measured 580 us a step alone against 560 with 2 (H200, Q4_K_M).
+constexpr int kLongRingStages = 2;
 RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingTuning tuning) {
   const bool long_rows =
       rows % (2 * kRingWarps) == 0 && (tuning.long_rows ? tuning.long_rows > 0 : rows >= 3072 && K >= 3072);
   const size_t staged = long_rows ? stage_q8_bytes(K) : 0;
   for (int split = tuning.split ? tuning.split : 1; split <= kRingWarps; split *= 2) {
-    const RingShape shape = ring_shape_rows(w, scale, rows, long_rows ? 2 : 1, K, 1, staged, split,
-                                            long_rows ? 2 : kRingBlocksPerSm);
+    RingShape shape = ring_shape_rows(w, scale, rows, long_rows ? 2 : 1, K, 1, staged, split,
+                                      long_rows ? 2 : kRingBlocksPerSm);
+    if (long_rows) shape.stages = std::min(shape.stages, tuning.stages ? tuning.stages : kLongRingStages);
     if (shape.stages > 0 || tuning.split) return shape;
   }
   return RingShape{};
