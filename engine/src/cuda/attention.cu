@@ -215,15 +215,6 @@ int forced_threads() {
   }();
   return threads;
 }
-// The launch attribute that makes the `splits` blocks of a (token, head) one cluster.
-cudaLaunchAttribute cluster_of(int splits) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = unsigned(splits);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  return attr;
-}
 // The cluster kernel, allowed (once) clusters of up to kMaxAttentionCluster blocks, past the
 // portable 8.
 template <int kThreads> auto cluster_kernel() {
@@ -235,23 +226,12 @@ template <int kThreads> auto cluster_kernel() {
   return kernel;
 }
 
+// The splits of a (token, head) are consecutive blocks along x: one cluster with kCluster.
 template <int kThreads, bool kCluster> void launch(const DecodeAttention& a, const float* q, int n, const int* pos,
                                                    float* out, cudaStream_t stream) {
   const auto kernel = kCluster ? cluster_kernel<kThreads>() : attention_decode_kernel<kThreads, false>;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(a.splits, a.heads, n);
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  if constexpr (kCluster) {
-    attr[1] = cluster_of(a.splits);
-    config.numAttrs = 2;
-  }
-  check_cuda(cudaLaunchKernelEx(&config, kernel, a, q, pos, out), "cudaLaunchKernelEx(attention)");
+  launch_pdl_clusters(kCluster ? unsigned(a.splits) : 0u, kernel, dim3(a.splits, a.heads, n), dim3(kThreads), 0,
+                      stream, a, q, pos, out);
 }
 
 // Blocks of 256 threads (8 positions at a time for a head_dim of 128, so 64 a round of loads)
@@ -285,7 +265,7 @@ bool attention_cluster_fits(int splits) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(splits, 1, 1);
   config.blockDim = dim3(256);  // the wider block (the narrower one fits where it does)
-  cudaLaunchAttribute attr = cluster_of(splits);
+  cudaLaunchAttribute attr = cluster_attribute(unsigned(splits));
   config.attrs = &attr;
   config.numAttrs = 1;
   int clusters = 0;

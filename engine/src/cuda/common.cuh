@@ -706,21 +706,39 @@ size_t prepare_norm_inputs(const float* x, const float* norm, int n, int H, cons
   return n > 1 ? 0 : kQ8Inputs<W> ? stage_q8_bytes(H) : size_t(H) * sizeof(float);
 }
 
-// Kernels launched through here may overlap their prologue with the previous kernel.
+// The launch attribute that makes every `blocks` consecutive blocks along x one thread block
+// cluster (Hopper).
+inline cudaLaunchAttribute cluster_attribute(unsigned blocks) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = blocks;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
+// Kernels launched through here may overlap their prologue with the previous kernel;
+// `cluster` > 0: in clusters of that many blocks along x (cluster_attribute).
 template <class... KArgs, class... Args>
-void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                Args&&... args) {
-  cudaLaunchAttribute attr[1];
+void launch_pdl_clusters(unsigned cluster, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attr[1] = cluster_attribute(cluster);
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attr;
-  config.numAttrs = 1;
+  config.numAttrs = cluster > 0 ? 2 : 1;
   check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), "cudaLaunchKernelEx");
+}
+template <class... KArgs, class... Args>
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  launch_pdl_clusters(0, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 // The end of a step, by one thread once tokens[t < n] are known (see StepEnd).
