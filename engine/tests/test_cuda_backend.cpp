@@ -230,6 +230,49 @@ TEST_CASE("cuda ops: rmsnorm_qkv_rope_append, attention, residual, gate_up_swigl
   }
 }
 
+// A 7B's grouping (7 query heads a kv head, head_dim 128) over 600 cached positions: several
+// rounds of cached rows a block at 1 and 5 splits, each block's one batch at 32; both block
+// sizes; the int8 outputs for o_proj the same bits as quantize_inputs_q8's.
+TEST_CASE("cuda ops: decode attention over long contexts with grouped query heads") {
+  if (!have_device()) return;
+  std::mt19937 rng(11);
+  const int heads = 14, kv_heads = 2, hd = 128, cap = 640, p0 = 600, n = 3;
+  const int qd = heads * hd, kvd = kv_heads * hd;
+  auto q = random_floats(size_t(n) * qd, rng), k = random_floats(size_t(cap) * kvd, rng),
+       v = random_floats(size_t(cap) * kvd, rng);
+  DeviceBuffer dq = to_device(q), dk = to_device(k), dv = to_device(v), dpos = to_device(std::vector<int>{p0});
+  std::vector<double> ref(size_t(n) * qd);
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const auto o = attention_ref(q, k, v, heads, kv_heads, hd, t, h, p0 + t);
+      for (int e = 0; e < hd; ++e) ref[(t * heads + h) * hd + e] = o[e];
+    }
+  for (const auto& [splits, cluster] : {std::pair{1, false}, {5, false}, {32, false}, {5, true}, {16, true}}) {
+    CAPTURE(splits);
+    CAPTURE(cluster);
+    if (cluster && !rings_run_here()) continue;
+    if (cluster) REQUIRE(attention_cluster_fits(splits));
+    DecodeAttention att;
+    att.heads = heads, att.kv_heads = kv_heads, att.head_dim = hd, att.capacity = cap, att.splits = splits;
+    att.cluster = cluster;
+    att.k_cache = dk.get<float>();
+    att.v_cache = dv.get<float>();
+    DeviceBuffer partial(attention_partial_floats(heads, hd, splits) * 4),
+        counters = to_device(std::vector<int>(kMaxVecTokens * heads, 0)), dout(size_t(n) * qd * 4),
+        q8(size_t(n) * qd), d8(size_t(n) * qd / 32 * 4), q8_ref(size_t(n) * qd), d8_ref(size_t(n) * qd / 32 * 4);
+    att.partial = partial.get<float>();
+    att.counters = counters.get<int>();
+    att.q8 = Q8Scratch{q8.get<int8_t>(), d8.get<float>()};
+    for (int round = 0; round < 2; ++round) {  // the second after the counters' reset
+      attention_decode(att, dq.get<float>(), n, dpos.get<int>(), dout.get<float>(), nullptr);
+      CHECK(rel_error(to_host<float>(dout, ref.size()), ref) < 1e-5);
+    }
+    quantize_inputs_q8(dout.get<float>(), nullptr, n, qd, Q8Scratch{q8_ref.get<int8_t>(), d8_ref.get<float>()}, nullptr);
+    CHECK(to_host<int8_t>(q8, size_t(n) * qd) == to_host<int8_t>(q8_ref, size_t(n) * qd));
+    CHECK(to_host<float>(d8, size_t(n) * qd / 32) == to_host<float>(d8_ref, size_t(n) * qd / 32));
+  }
+}
+
 TEST_CASE("cuda ops: embedding_lookup and matvec in f16 and f32") {
   if (!have_device()) return;
   std::mt19937 rng(3);

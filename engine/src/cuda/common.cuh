@@ -482,16 +482,26 @@ __device__ __forceinline__ void prefetch_units(const RowMatrix<W>& m, int units,
 // in the warp holding the full sums (lane t owns token t), scaled by the rows' scales. Every
 // thread of the block calls it (it synchronises when split > 1); `red` holds
 // kGemvWarps * R * NT floats. A Q8_0 or K-quant matrix reads its inputs from q8 (x and g unused).
-template <class W, int R, int NT, class RowsOf, class Epilogue>
+// With a `preload` (not NoGemvPreload), preload(u, pre) runs in that warp before the unit's
+// dot products (lane t may load what token t's epilogue reads: a residual's old x) and the
+// epilogue is epilogue(u, acc, pre): the loads overlap the sums instead of following them.
+struct NoGemvPreload {};
+template <class W, int R, int NT, class RowsOf, class Epilogue, class Preload = NoGemvPreload>
 __device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int split, const float* x, int ldx,
                                            int n, const float* g, float* red, RowsOf rows_of, Epilogue epilogue,
-                                           const Q8Inputs& q8 = {}) {
+                                           const Q8Inputs& q8 = {}, Preload preload = {}) {
+  constexpr bool kPreload = !std::is_same_v<Preload, NoGemvPreload>;
   const GemvSplit s(split, m.K / Chunk<W>::kElems);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   for (int base = blockIdx.x * s.units_per_block(); base < units; base += gridDim.x * s.units_per_block()) {
     const int u = base + s.slot;
     float acc[R][NT];
     int rows[R];
+    float pre[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) pre[r] = 0.0f;
+    if constexpr (kPreload)
+      if (s.part == 0 && u < units) preload(u, pre);
     if (u < units) {
       rows_of(u, rows);
       if constexpr (kIsKQ<W>) {
@@ -541,7 +551,10 @@ __device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int
 #pragma unroll
           for (int t = 0; t < NT; ++t) acc[r][t] *= scale;
         }
-      epilogue(u, acc);
+      if constexpr (kPreload)
+        epilogue(u, acc, pre);
+      else
+        epilogue(u, acc);
     }
   }
 }

@@ -23,17 +23,23 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_
   prefetch_units<W, 2>(w, units, split, rows_of);
   pdl_wait();
   pdl_trigger();
-  block_gemv<W, 2, NT>(w, units, split, in, w.K, n, nullptr, red, rows_of, [&](int u, float (&acc)[2][NT]) {
-    const int lane = threadIdx.x % kWarp;
+  // Lane t loads token t's old x before the unit's sums (H200, Q8_0: see NOTES v29).
+  const int lane = threadIdx.x % kWarp;
+  block_gemv<W, 2, NT>(
+      w, units, split, in, w.K, n, nullptr, red, rows_of,
+      [&](int u, float (&acc)[2][NT], const float (&old)[2]) {
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      if (t < n && lane == t) {
-        float2* out = reinterpret_cast<float2*>(x + size_t(t) * rows + 2 * u);
-        const float2 old = *out;
-        *out = make_float2(old.x + acc[0][t], old.y + acc[1][t]);
-      }
-    }
-  }, q8);
+        for (int t = 0; t < NT; ++t)
+          if (t < n && lane == t)
+            *reinterpret_cast<float2*>(x + size_t(t) * rows + 2 * u) = make_float2(old[0] + acc[0][t], old[1] + acc[1][t]);
+      },
+      q8,
+      [&](int u, float (&old)[2]) {
+        if (lane < n) {
+          const float2 v = *reinterpret_cast<const float2*>(x + size_t(lane) * rows + 2 * u);
+          old[0] = v.x, old[1] = v.y;
+        }
+      });
 }
 
 // One token's x += in W^T on K-quant rows of one format through a ring of bulk copies
