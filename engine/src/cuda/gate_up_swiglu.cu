@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
   float inv = 0.0f;
   ring_gemv<kRows, 2>(
       shape, smem, [&] { return ring_norm_inputs(shape, x, norm, H, eps, smem, inv); },
-      [&](int j, const float (&sum)[2], const float (&)[2]) {
+      [&](int j, const float (&sum)[2], const float (&)[kPreloads]) {
         const float g = sum[0] * inv, u = sum[1] * inv;
         act[j] = g / (1.0f + expf(-g)) * u;
       });

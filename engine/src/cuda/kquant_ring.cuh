@@ -64,18 +64,19 @@ __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
 // synchronise the block) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
 // of the consumer warp that summed unit w of a tile (its first warp where split > 1): `row` is
-// row w of the tile's run 0, acc[p] row w of run p, and pre[p] what `preload(row, pre)` left
+// row w of the tile's run 0, acc[p] row w of run p, and pre (kPreloads floats) what `preload(row, pre)` left
 // there (0 if nothing), called by the same lane before the tile's stage is waited for: what the
 // epilogue reads from global memory (a residual's old x) loads while the warp sums the tile.
 // Loaded in the epilogue instead, the 7B's down waited on those loads (ncu: long scoreboard 4.4
 // stalls an issue), and with several warps a row its next tile's barrier waited with it.
 // kSplit: whether s.split may be more than 1 (else it is 1, and each warp sums whole rows).
 struct NoPreload {
-  template <int P> __device__ void operator()(int, float (&)[P]) const {}
+  __device__ void operator()(int, float (&)[kPreloads]) const {}
 };
 template <RingRows kRows, int P, bool kSplit = false, class Inputs, class Epilogue, class Preload = NoPreload>
 __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* smem, Inputs inputs, Epilogue epilogue,
                                           Preload preload = {}) {
+  static_assert(P <= kPreloads, "a residual's preload leaves a float a run");
   __shared__ uint64_t full[kRingMaxStages], empty[kRingMaxStages];
   unsigned char* ring = smem + s.staged_bytes;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -133,9 +134,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   for (int i = 0; i < mine; ++i) {
     const int stage = i % s.stages;
     const Tile t = tile_of(i);
-    float pre[P];
+    float pre[kPreloads];
 #pragma unroll
-    for (int p = 0; p < P; ++p) pre[p] = 0.0f;
+    for (int i = 0; i < kPreloads; ++i) pre[i] = 0.0f;
     if (lane == 0 && part == 0) preload(t.first + unit, pre);
     if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], (i / s.stages) & 1);
     const unsigned char* tile = ring + size_t(stage) * s.stage_bytes;

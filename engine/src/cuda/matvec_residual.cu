@@ -23,18 +23,18 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_
   prefetch_units<W, 2>(w, units, split, rows_of);
   pdl_wait();
   pdl_trigger();
-  // Lane t loads token t's old x before the unit's sums (H200, Q8_0: see NOTES v29).
+  // Lane t loads token t's old x before the unit's sums.
   const int lane = threadIdx.x % kWarp;
   block_gemv<W, 2, NT>(
       w, units, split, in, w.K, n, nullptr, red, rows_of,
-      [&](int u, float (&acc)[2][NT], const float (&old)[2]) {
+      [&](int u, float (&acc)[2][NT], const float (&old)[kPreloads]) {
 #pragma unroll
         for (int t = 0; t < NT; ++t)
           if (t < n && lane == t)
             *reinterpret_cast<float2*>(x + size_t(t) * rows + 2 * u) = make_float2(old[0] + acc[0][t], old[1] + acc[1][t]);
       },
       q8,
-      [&](int u, float (&old)[2]) {
+      [&](int u, float (&old)[kPreloads]) {
         if (lane < n) {
           const float2 v = *reinterpret_cast<const float2*>(x + size_t(lane) * rows + 2 * u);
           old[0] = v.x, old[1] = v.y;
@@ -56,11 +56,11 @@ __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
   const auto inputs = [&] { return kLong ? ring_copied_inputs(q8, kRows != RingRows::Q6 && q8.planar, smem) : q8; };
   ring_gemv<kRows, P, kSplit>(
       shape, smem, inputs,
-      [&](int r, const float (&sum)[P], const float (&old)[P]) {
+      [&](int r, const float (&sum)[P], const float (&old)[kPreloads]) {
 #pragma unroll
         for (int p = 0; p < P; ++p) x[r + p * shape.run_rows] = old[p] + sum[p];
       },
-      [&](int r, float (&old)[P]) {
+      [&](int r, float (&old)[kPreloads]) {
 #pragma unroll
         for (int p = 0; p < P; ++p) old[p] = x[r + p * shape.run_rows];
       });

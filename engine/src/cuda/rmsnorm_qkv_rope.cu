@@ -26,22 +26,35 @@ __device__ __forceinline__ RowPair row_pair(int unit, int q_dim, int kv_dim, int
   return {first, first + 1};
 }
 
-// Adds the bias to rows (first, second) of token t at position p, rotates them when they
-// are q or k, and stores them in q_out or the cache.
-__device__ __forceinline__ void rope_and_store(const QkvRope& a, RowPair r, float v0, float v1, int t, int p,
-                                               float* q_out) {
+// What rope_and_store reads besides the sums, as a preload (block_gemv, ring_gemv) loads it
+// ahead of them: the rows' biases (0 without), and for a q or k pair RoPE's cos and sin at
+// position p.
+__device__ __forceinline__ void rope_loads(const QkvRope& a, RowPair r, int p, float (&pre)[kPreloads]) {
   const int q_dim = a.heads * a.head_dim, kv_dim = a.kv_heads * a.head_dim, half = a.head_dim / 2;
+  pre[0] = a.bias ? a.bias[r.first] : 0.0f;
+  pre[1] = a.bias ? a.bias[r.second] : 0.0f;
+  if (r.first < q_dim + kv_dim) {
+    const int i = r.first % a.head_dim;
+    pre[2] = a.rope_cos[size_t(p) * half + i];
+    pre[3] = a.rope_sin[size_t(p) * half + i];
+  }
+}
+
+// Adds the bias to rows (first, second) of token t at position p, rotates them when they
+// are q or k, and stores them in q_out or the cache; `pre` what rope_loads loaded for them.
+__device__ __forceinline__ void rope_and_store(const QkvRope& a, RowPair r, float v0, float v1, int t, int p,
+                                               float* q_out, const float (&pre)[kPreloads]) {
+  const int q_dim = a.heads * a.head_dim, kv_dim = a.kv_heads * a.head_dim;
   if (a.bias) {
-    v0 += a.bias[r.first];
-    v1 += a.bias[r.second];
+    v0 += pre[0];
+    v1 += pre[1];
   }
   if (r.first >= q_dim + kv_dim) {
     a.v_cache[size_t(p) * kv_dim + r.first - q_dim - kv_dim] = v0;
     a.v_cache[size_t(p) * kv_dim + r.second - q_dim - kv_dim] = v1;
     return;
   }
-  const int i = r.first % a.head_dim;
-  const float c = a.rope_cos[size_t(p) * half + i], s = a.rope_sin[size_t(p) * half + i];
+  const float c = pre[2], s = pre[3];
   const float o0 = v0 * c - v1 * s, o1 = v1 * c + v0 * s;
   if (r.first < q_dim) {
     q_out[size_t(t) * q_dim + r.first] = o0;
@@ -50,6 +63,12 @@ __device__ __forceinline__ void rope_and_store(const QkvRope& a, RowPair r, floa
     a.k_cache[size_t(p) * kv_dim + r.first - q_dim] = o0;
     a.k_cache[size_t(p) * kv_dim + r.second - q_dim] = o1;
   }
+}
+__device__ __forceinline__ void rope_and_store(const QkvRope& a, RowPair r, float v0, float v1, int t, int p,
+                                               float* q_out) {
+  float pre[kPreloads] = {};
+  rope_loads(a, r, p, pre);
+  rope_and_store(a, r, v0, v1, t, p, q_out, pre);
 }
 
 // One row pair per unit; NT >= n tokens share each pass over the weights. For one token
@@ -78,7 +97,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   const NormInputs in = norm_inputs<W, NT>(x, n, a.eps, a.norm, H, staged, scratch, inv, Q8Inputs{a.q8.q, a.q8.d, H});
   const int p0 = *pos;
   block_gemv<W, 2, NT>(w, units, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
-                       [&](int u, float (&acc)[2][NT]) {
+                       [&](int u, float (&acc)[2][NT], const float (&pre)[kPreloads]) {
                          const RowPair r = row_pair(u, q_dim, kv_dim, a.head_dim);
                          const int lane = threadIdx.x % kWarp;
 #pragma unroll
@@ -90,11 +109,16 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
                              row[r.first] = acc[0][t] * scale;
                              row[r.second] = acc[1][t] * scale;
                            } else {
-                             rope_and_store(a, r, acc[0][t] * scale, acc[1][t] * scale, t, p0 + t, q_out);
+                             rope_and_store(a, r, acc[0][t] * scale, acc[1][t] * scale, t, p0 + t, q_out, pre);
                            }
                          }
                        },
-                       in.q8);
+                       in.q8,
+                       // Lane t loads token t's bias, cos and sin before the unit's sums.
+                       [&](int u, float (&pre)[kPreloads]) {
+                         const int lane = threadIdx.x % kWarp;
+                         if (!kRaw && lane < n) rope_loads(a, row_pair(u, q_dim, kv_dim, a.head_dim), p0 + lane, pre);
+                       });
 }
 
 // One token's q/k/v on K-quant rows through a ring of bulk copies (kquant_ring.cuh): a tile is
@@ -108,7 +132,9 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
   float inv = 0.0f;
   ring_gemv<kRows, 2>(
       shape, smem, [&] { return ring_norm_inputs(shape, x, a.norm, a.hidden, a.eps, smem, inv); },
-      [&](int first, const float (&sum)[2], const float (&)[2]) {
+      // Its bias, cos and sin load here: preloaded before the tile's stage (as the per-warp kernel
+      // does) the 7B's q/k/v did not gain (H200, Q4_K_M, v29: 1.941 -> 1.944 ms/token).
+      [&](int first, const float (&sum)[2], const float (&)[kPreloads]) {
         const RowPair r{first, first + a.head_dim / 2};
         if constexpr (kRaw) {
           a.qkv[r.first] = sum[0] * inv;
