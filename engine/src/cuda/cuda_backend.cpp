@@ -645,6 +645,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // RUNAHEAD_CUDA_KQ_RING_LONG_STAGES=n: the long matrices' rings with up to n stages.
     const char* stages = std::getenv("RUNAHEAD_CUDA_KQ_RING_LONG_STAGES");
     residual_tuning_.stages = stages ? std::max(0, std::atoi(stages)) : 0;
+    // RUNAHEAD_CUDA_RESIDUAL_SPLIT=1|2|4|8: o_proj's and down's per-warp kernel (where no ring
+    // runs: Q8_0, ...) with that many warps a row pair, to measure.
+    const char* warp_split = std::getenv("RUNAHEAD_CUDA_RESIDUAL_SPLIT");
+    const int w = warp_split ? std::atoi(warp_split) : 0;
+    residual_tuning_.warp_split = w == 1 || w == 2 || w == 4 || w == 8 ? w : 0;
     qkv_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING_QKV");
   }
 

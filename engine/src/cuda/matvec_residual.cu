@@ -122,7 +122,14 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
     using W = WeightOf<decltype(type)>;
     if constexpr (kQ8Inputs<W>) if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream);
     auto kernel = for_vec_tokens(n, [](auto nt) { return matvec_residual_add_kernel<W, decltype(nt)::value>; });
-    const int split = gemv_split(rows / 2, K, sms, blocks_per_sm(kernel, kGemvThreads, 0));
+    // One token's Q8_0 rows: a warp a row pair up to K = 4096 (o_proj), else two (down).
+    // Measured on an H200 with the preload, us a step alone (splits 1 / 2 / 4 / 8): 7B o_proj 165
+    // / 180 / 215 / 316, down 809 / 711 / 721 / 784; 1.5B o_proj 53 / 61 / 92 / 137, down 310 /
+    // 238 / 276 / 268, where gemv_split's rule (two rounds of the resident warps) took 4 and 4,
+    // 2 and 8. Other formats and several tokens keep that rule (not measured this way).
+    const int split = tuning.warp_split          ? tuning.warp_split
+                      : kIsQ8<W> && n == 1       ? (K <= 4096 ? 1 : 2)
+                                                 : gemv_split(rows / 2, K, sms, blocks_per_sm(kernel, kGemvThreads, 0));
     const int blocks = resident_blocks(kernel, kGemvThreads, 0, rows / 2, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), 0, stream, RowMatrix<W>{static_cast<const W*>(w), scale, K, kq_q6_from(w, scale, rows, rows)},
                rows, in, n, x, split, inputs);
