@@ -78,6 +78,37 @@ std::vector<double> attention_ref(const std::vector<float>& q, const std::vector
   return out;
 }
 
+// Every head of tokens t < n, token t at position p0 + t: [n, heads * hd].
+std::vector<double> attention_refs(const std::vector<float>& q, const std::vector<float>& k,
+                                   const std::vector<float>& v, int heads, int kv_heads, int hd, int n, int p0) {
+  std::vector<double> ref(size_t(n) * heads * hd);
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const auto o = attention_ref(q, k, v, heads, kv_heads, hd, t, h, p0 + t);
+      for (int e = 0; e < hd; ++e) ref[(size_t(t) * heads + h) * hd + e] = o[e];
+    }
+  return ref;
+}
+
+// A decode attention over the caches k, v with `splits` splits (in a cluster or not), its
+// partials and zeroed counters held here.
+struct AttentionRun {
+  DecodeAttention att;
+  DeviceBuffer partial, counters;
+};
+AttentionRun attention_run(int heads, int kv_heads, int hd, int cap, int splits, bool cluster, const DeviceBuffer& k,
+                           const DeviceBuffer& v) {
+  AttentionRun r{{}, DeviceBuffer(attention_partial_floats(heads, hd, splits) * 4),
+                 to_device(std::vector<int>(kMaxVecTokens * heads, 0))};
+  r.att.heads = heads, r.att.kv_heads = kv_heads, r.att.head_dim = hd, r.att.capacity = cap, r.att.splits = splits;
+  r.att.cluster = cluster;
+  r.att.k_cache = k.get<float>();
+  r.att.v_cache = v.get<float>();
+  r.att.partial = r.partial.get<float>();
+  r.att.counters = r.counters.get<int>();
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("cuda ops: rmsnorm_qkv_rope_append, attention, residual, gate_up_swiglu, lm_head_argmax") {
@@ -143,21 +174,10 @@ TEST_CASE("cuda ops: rmsnorm_qkv_rope_append, attention, residual, gate_up_swigl
       CAPTURE(cluster);
       if (cluster && !rings_run_here()) continue;  // clusters: Hopper on
       if (cluster) REQUIRE(attention_cluster_fits(splits));
-      DecodeAttention att;
-      att.heads = heads, att.kv_heads = kv_heads, att.head_dim = hd, att.capacity = cap, att.splits = splits;
-      att.cluster = cluster;
-      att.k_cache = dk.get<float>();
-      att.v_cache = dv.get<float>();
-      DeviceBuffer partial(attention_partial_floats(heads, hd, splits) * 4),
-          counters = to_device(std::vector<int>(kMaxVecTokens * heads, 0)), dout(size_t(n) * qd * 4);
-      att.partial = partial.get<float>();
-      att.counters = counters.get<int>();
-      std::vector<double> ref(size_t(n) * qd);
-      for (int t = 0; t < n; ++t)
-        for (int h = 0; h < heads; ++h) {
-          const auto o = attention_ref(q, k_after, v_after, heads, kv_heads, hd, t, h, p0 + t);
-          for (int e = 0; e < hd; ++e) ref[(t * heads + h) * hd + e] = o[e];
-        }
+      const AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, cluster, dk, dv);
+      const DecodeAttention& att = run.att;
+      DeviceBuffer dout(size_t(n) * qd * 4);
+      const std::vector<double> ref = attention_refs(q, k_after, v_after, heads, kv_heads, hd, n, p0);
       attention_decode(att, dq.get<float>(), n, dpos.get<int>(), dout.get<float>(), nullptr);
       CHECK(rel_error(to_host<float>(dout, ref.size()), ref) < 1e-5);
       attention_decode(att, dq.get<float>(), n, dpos.get<int>(), dout.get<float>(), nullptr);  // counters reset
@@ -241,27 +261,16 @@ TEST_CASE("cuda ops: decode attention over long contexts with grouped query head
   auto q = random_floats(size_t(n) * qd, rng), k = random_floats(size_t(cap) * kvd, rng),
        v = random_floats(size_t(cap) * kvd, rng);
   DeviceBuffer dq = to_device(q), dk = to_device(k), dv = to_device(v), dpos = to_device(std::vector<int>{p0});
-  std::vector<double> ref(size_t(n) * qd);
-  for (int t = 0; t < n; ++t)
-    for (int h = 0; h < heads; ++h) {
-      const auto o = attention_ref(q, k, v, heads, kv_heads, hd, t, h, p0 + t);
-      for (int e = 0; e < hd; ++e) ref[(t * heads + h) * hd + e] = o[e];
-    }
+  const std::vector<double> ref = attention_refs(q, k, v, heads, kv_heads, hd, n, p0);
   for (const auto& [splits, cluster] : {std::pair{1, false}, {5, false}, {32, false}, {5, true}, {16, true}}) {
     CAPTURE(splits);
     CAPTURE(cluster);
     if (cluster && !rings_run_here()) continue;
     if (cluster) REQUIRE(attention_cluster_fits(splits));
-    DecodeAttention att;
-    att.heads = heads, att.kv_heads = kv_heads, att.head_dim = hd, att.capacity = cap, att.splits = splits;
-    att.cluster = cluster;
-    att.k_cache = dk.get<float>();
-    att.v_cache = dv.get<float>();
-    DeviceBuffer partial(attention_partial_floats(heads, hd, splits) * 4),
-        counters = to_device(std::vector<int>(kMaxVecTokens * heads, 0)), dout(size_t(n) * qd * 4),
-        q8(size_t(n) * qd), d8(size_t(n) * qd / 32 * 4), q8_ref(size_t(n) * qd), d8_ref(size_t(n) * qd / 32 * 4);
-    att.partial = partial.get<float>();
-    att.counters = counters.get<int>();
+    AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, cluster, dk, dv);
+    DecodeAttention& att = run.att;
+    DeviceBuffer dout(size_t(n) * qd * 4), q8(size_t(n) * qd), d8(size_t(n) * qd / 32 * 4), q8_ref(size_t(n) * qd),
+        d8_ref(size_t(n) * qd / 32 * 4);
     att.q8 = Q8Scratch{q8.get<int8_t>(), d8.get<float>()};
     for (int round = 0; round < 2; ++round) {  // the second after the counters' reset
       attention_decode(att, dq.get<float>(), n, dpos.get<int>(), dout.get<float>(), nullptr);
