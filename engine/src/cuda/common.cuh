@@ -482,17 +482,18 @@ __device__ __forceinline__ void prefetch_units(const RowMatrix<W>& m, int units,
 // in the warp holding the full sums (lane t owns token t), scaled by the rows' scales. Every
 // thread of the block calls it (it synchronises when split > 1); `red` holds
 // kGemvWarps * R * NT floats. A Q8_0 or K-quant matrix reads its inputs from q8 (x and g unused).
-// With a `preload` (not NoGemvPreload), preload(u, pre) runs in that warp before the unit's
-// dot products (lane t may load into pre what token t's epilogue reads: a residual's old x,
-// a bias, RoPE's cos and sin) and the epilogue is epilogue(u, acc, pre): the loads overlap the
-// sums instead of following them (H200, Q8_0 decode, v29: 7B 2.850 -> 2.742 ms/token).
-constexpr int kPreloads = 4;  // floats a preload leaves a lane (here and in ring_gemv)
-struct NoGemvPreload {};
-template <class W, int R, int NT, class RowsOf, class Epilogue, class Preload = NoGemvPreload>
+// preload(u, pre) runs in that warp before the unit's dot products (lane t may load into pre
+// what token t's epilogue reads: a residual's old x, a bias, RoPE's cos and sin) and the
+// epilogue is epilogue(u, acc, pre): the loads overlap the sums instead of following them
+// (H200, Q8_0 decode, v29: 7B 2.850 -> 2.742 ms/token).
+constexpr int kPreloads = 4;  // floats a preload leaves a lane (here and in ring_gemv), 0 if it loads none
+struct NoPreload {
+  __device__ void operator()(int, float (&)[kPreloads]) const {}
+};
+template <class W, int R, int NT, class RowsOf, class Epilogue, class Preload = NoPreload>
 __device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int split, const float* x, int ldx,
                                            int n, const float* g, float* red, RowsOf rows_of, Epilogue epilogue,
                                            const Q8Inputs& q8 = {}, Preload preload = {}) {
-  constexpr bool kPreload = !std::is_same_v<Preload, NoGemvPreload>;
   const GemvSplit s(split, m.K / Chunk<W>::kElems);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   for (int base = blockIdx.x * s.units_per_block(); base < units; base += gridDim.x * s.units_per_block()) {
@@ -502,8 +503,7 @@ __device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int
     float pre[kPreloads];
 #pragma unroll
     for (int i = 0; i < kPreloads; ++i) pre[i] = 0.0f;
-    if constexpr (kPreload)
-      if (s.part == 0 && u < units) preload(u, pre);
+    if (s.part == 0 && u < units) preload(u, pre);
     if (u < units) {
       rows_of(u, rows);
       if constexpr (kIsKQ<W>) {
@@ -553,10 +553,7 @@ __device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int
 #pragma unroll
           for (int t = 0; t < NT; ++t) acc[r][t] *= scale;
         }
-      if constexpr (kPreload)
-        epilogue(u, acc, pre);
-      else
-        epilogue(u, acc);
+      epilogue(u, acc, pre);
     }
   }
 }

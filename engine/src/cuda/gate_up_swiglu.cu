@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   constexpr bool kStaged = kStagesNormed<W, NT>;
   const NormInputs in = norm_inputs<W, NT>(x, n, eps, norm, H, staged, scratch, inv, q8);
   block_gemv<W, 2, NT>(w, I, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : norm, red, rows_of,
-                       [&](int j, float (&acc)[2][NT]) {
+                       [&](int j, float (&acc)[2][NT], const float (&)[kPreloads]) {
                          const int lane = threadIdx.x % kWarp;
 #pragma unroll
                          for (int t = 0; t < NT; ++t) {

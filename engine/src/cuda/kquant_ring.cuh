@@ -70,9 +70,6 @@ __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %
 // Loaded in the epilogue instead, the 7B's down waited on those loads (ncu: long scoreboard 4.4
 // stalls an issue), and with several warps a row its next tile's barrier waited with it.
 // kSplit: whether s.split may be more than 1 (else it is 1, and each warp sums whole rows).
-struct NoPreload {
-  __device__ void operator()(int, float (&)[kPreloads]) const {}
-};
 template <RingRows kRows, int P, bool kSplit = false, class Inputs, class Epilogue, class Preload = NoPreload>
 __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* smem, Inputs inputs, Epilogue epilogue,
                                           Preload preload = {}) {

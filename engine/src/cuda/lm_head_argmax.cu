@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   float my_v = -INFINITY;  // lane t keeps token t's best
   int my_i = 0x7fffffff;
   block_gemv<W, 2, NT>(w, units, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
-                       [&](int u, float (&acc)[2][NT]) {
+                       [&](int u, float (&acc)[2][NT], const float (&)[kPreloads]) {
 #pragma unroll
                          for (int t = 0; t < NT; ++t) {
                            if (t < n && lane == t) {
