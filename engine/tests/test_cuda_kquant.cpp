@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -159,6 +160,15 @@ SwitchedPair switched_pair(const std::shared_ptr<const ModelWeights>& w, const B
   return p;
 }
 
+// switched_pair, where describe()'s optimization `flag` says true for `on` and false for `off`.
+SwitchedPair flagged_pair(const std::shared_ptr<const ModelWeights>& w, const BackendOptions& options, const char* name,
+                          const char* value, const char* flag) {
+  SwitchedPair p = switched_pair(w, options, name, value);
+  CHECK(p.on->describe()["optimizations"][flag] == true);
+  CHECK(p.off->describe()["optimizations"][flag] == false);
+  return p;
+}
+
 // The largest relative_max of x's logits against y's over a prompt of 24 random tokens and
 // `steps` tokens after it, both fed y's greedy choices (0: the same bits throughout).
 double decode_gap(CudaBackend& x, CudaBackend& y, int V, int steps) {
@@ -175,6 +185,20 @@ double decode_gap(CudaBackend& x, CudaBackend& y, int V, int steps) {
     worst = std::max(worst, relative_max(a, b));
   }
   return worst;
+}
+
+// Pairs of backends that should compute the same logits but for summation order: within 1e-2
+// of the largest over 12 decode steps (the ring tests below say why that tolerance).
+struct NamedPair {
+  const char* name;
+  CudaBackend *x, *y;
+};
+void check_decode_gaps(std::initializer_list<NamedPair> pairs, int V) {
+  for (const auto& p : pairs) {
+    const std::string pair = p.name;  // (a char pointer would print as its address)
+    CAPTURE(pair);
+    CHECK(decode_gap(*p.x, *p.y, V, 12) <= 1e-2);
+  }
 }
 
 TEST_CASE("cuda k-quant: Q4_K, Q6_K and Q4_K_M's mix run as stored and compute what the same weights in f32 compute") {
@@ -312,14 +336,11 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
     const std::string model = m.name;
     CAPTURE(model);
     const int V = m.w->config.vocab_size;
-    // "force": these small models would not use it on their own
-    auto [ring, loads] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING", "force");
-    CHECK(ring->describe()["optimizations"]["kquant_gate_up_ring"] == true);
-    CHECK(loads->describe()["optimizations"]["kquant_gate_up_ring"] == false);
+    // gate/up's ring runs wherever it fits ("force" and the default are the same there)
+    auto [ring, loads] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING", "force", "kquant_gate_up_ring");
     // o_proj and down through the ring too (rows that fit two stages), against none
-    auto [residual_ring, residual_loads] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_RESIDUAL", "1");
-    CHECK(residual_ring->describe()["optimizations"]["kquant_o_proj_down_ring"] == true);
-    CHECK(residual_loads->describe()["optimizations"]["kquant_o_proj_down_ring"] == false);
+    auto [residual_ring, residual_loads] =
+        flagged_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_RESIDUAL", "1", "kquant_o_proj_down_ring");
     // ... with 2 and 8 warps a row (long rows such as the 7B's down take 4: two stages of 8 do
     // not fit; at 8 a warp sums one or two chunks of o_proj's rows, a pair cut at its ends)
     auto [split2, auto2] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_SPLIT", "2");
@@ -337,9 +358,7 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
     }
     // q/k/v through it (tiles of a head's rows and those RoPE pairs them with; the mix's layer
     // 0 has Q4_K q/k and Q6_K v), against none
-    auto [qkv_ring, qkv_loads] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_QKV", "force");
-    CHECK(qkv_ring->describe()["optimizations"]["kquant_qkv_ring"] == true);
-    CHECK(qkv_loads->describe()["optimizations"]["kquant_qkv_ring"] == false);
+    auto [qkv_ring, qkv_loads] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_QKV", "force", "kquant_qkv_ring");
     // Q4_K rows a chunk pair a lane on pair-planar inputs (the rings forced, so gate/up and q/k/v
     // stage them; down quantizes them) against a chunk a lane on the plain ones
     setenv("RUNAHEAD_CUDA_KQ_RING", "force", 1);
@@ -350,18 +369,47 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
     CHECK(planar->describe()["optimizations"]["kquant_pair_planar_inputs"] == true);
     CHECK(plain->describe()["optimizations"]["kquant_pair_planar_inputs"] == false);
     CHECK(plain->describe()["optimizations"]["kquant_gate_up_ring"] == true);
-    const struct {
-      const char* name;
-      CudaBackend *x, *y;
-    } pairs[] = {{"gate/up ring", ring.get(), loads.get()},       {"o_proj/down ring", residual_ring.get(), residual_loads.get()},
-                 {"split 2", split2.get(), auto2.get()},          {"split 8", split8.get(), auto8.get()},
-                 {"long, split 8", long8.get(), long1.get()},     {"q/k/v ring", qkv_ring.get(), qkv_loads.get()},
-                 {"pair-planar", planar.get(), plain.get()}};
-    for (const auto& p : pairs) {
-      const std::string pair = p.name;  // (a char pointer would print as its address)
-      CAPTURE(pair);
-      CHECK(decode_gap(*p.x, *p.y, V, 12) <= 1e-2);
-    }
+    check_decode_gaps({{"gate/up ring", ring.get(), loads.get()},
+                       {"o_proj/down ring", residual_ring.get(), residual_loads.get()},
+                       {"split 2", split2.get(), auto2.get()},
+                       {"split 8", split8.get(), auto8.get()},
+                       {"long, split 8", long8.get(), long1.get()},
+                       {"q/k/v ring", qkv_ring.get(), qkv_loads.get()},
+                       {"pair-planar", planar.get(), plain.get()}},
+                      V);
+  }
+}
+
+// A Q8_0 model's gate/up, o_proj, down and q/k/v go through the same rings (their tiles' int8 weights,
+// then their scales: kquant_ring.cuh): against the per-warp kernels, the same products in another
+// order (tolerance as above), with and without q/k norms, as the 7B's long matrices go too.
+TEST_CASE("cuda q8_0: gate/up, o_proj, down and q/k/v through the bulk-copy ring compute what the per-warp loads compute") {
+  if (!have_device() || !rings_run_here()) return;
+  const NamedModel models[] = {
+      {"qwen2 q8_0", std::make_shared<const ModelWeights>(quantize_matrices(k_quant_base(false), QuantType::Q8_0))},
+      {"qwen3 q8_0", std::make_shared<const ModelWeights>(
+                         quantize_matrices(k_quant_base(false, "Qwen3ForCausalLM"), QuantType::Q8_0))},
+  };
+  BackendOptions options;
+  options.context_length = 256;
+  options.require = {"quantized_kernels"};  // small models would be widened to bf16
+  for (const auto& m : models) {
+    const std::string model = m.name;
+    CAPTURE(model);
+    const int V = m.w->config.vocab_size;
+    auto [gate_up_ring, gate_up_loads] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING", "force", "q8_0_gate_up_ring");
+    auto [residual_ring, residual_loads] =
+        flagged_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_RESIDUAL", "1", "q8_0_o_proj_down_ring");
+    setenv("RUNAHEAD_CUDA_KQ_RING_LONG", "1", 1);
+    auto [long8, long1] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_SPLIT", "8");
+    unsetenv("RUNAHEAD_CUDA_KQ_RING_LONG");
+    auto [qkv_ring, qkv_loads] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_QKV", "force", "q8_0_qkv_ring");
+    CHECK(qkv_ring->describe()["optimizations"]["weights"].get<std::string>().rfind("Q8_0 as stored", 0) == 0);
+    check_decode_gaps({{"gate/up ring", gate_up_ring.get(), gate_up_loads.get()},
+                       {"o_proj/down ring", residual_ring.get(), residual_loads.get()},
+                       {"long, split 8", long8.get(), long1.get()},
+                       {"q/k/v ring", qkv_ring.get(), qkv_loads.get()}},
+                      V);
   }
 }
 

@@ -93,38 +93,113 @@ TEST_CASE("cuda q8_0: Q8_0 weights run as stored and compute what the same weigh
   }
 }
 
+// x += in W^T on a random Q8_0 matrix (rows x K) for n tokens through matvec_residual_add with
+// `ring` and `tuning`, against llama.cpp's arithmetic in double: the largest relative gap, and
+// whether the bulk-copy ring ran.
+struct ResidualRun {
+  double gap;
+  bool ring;
+};
+ResidualRun q8_residual_run(int rows, int K, int n, KqRing ring, RingTuning tuning, std::mt19937& rng) {
+  const std::vector<float> values = random_floats(size_t(rows) * K, rng, 0.3f);
+  const size_t row_size = quant_row_bytes(QuantType::Q8_0, K);
+  std::vector<uint8_t> blocks(rows * row_size);
+  std::vector<float> w(size_t(rows) * K);
+  for (int r = 0; r < rows; ++r) {
+    quantize_row(QuantType::Q8_0, values.data() + size_t(r) * K, K, blocks.data() + r * row_size);
+    dequantize_row(QuantType::Q8_0, blocks.data() + r * row_size, K, w.data() + size_t(r) * K);
+  }
+  DeviceBuffer stored = to_device(blocks), q(size_t(rows) * K), d(size_t(rows) * (K / 32) * 2);
+  split_q8_0_blocks(stored.get(), rows, K, q.get(), d.get(), nullptr);
+  std::vector<float> in = random_floats(size_t(n) * K, rng, 2.0f), res = random_floats(size_t(n) * rows, rng);
+  for (int k = 0; k < 32; ++k) in[size_t(k)] = 0.0f;  // an all-zero block
+  DeviceBuffer din = to_device(in), dres = to_device(res), xq(size_t(n) * K), xd(size_t(n) * (K / 32) * 4);
+  matvec_residual_add(q.get(), DType::Q8_0, d.get(), rows, K, din.get<float>(), n, dres.get<float>(),
+                      Q8Scratch{xq.get<int8_t>(), xd.get<float>()}, sms(), nullptr, false, ring, tuning);
+  const std::vector<float> got = to_host<float>(dres, size_t(n) * rows);
+  std::vector<float> want(got.size());
+  for (int t = 0; t < n; ++t) {
+    const std::vector<double> y =
+        q8_products(w, rows, K, host_q8(std::vector<float>(in.begin() + size_t(t) * K, in.begin() + size_t(t + 1) * K)));
+    for (int r = 0; r < rows; ++r) want[size_t(t) * rows + r] = float(res[size_t(t) * rows + r] + y[size_t(r)]);
+  }
+  return {relative_max(got, want),
+          n == 1 && residual_ring_applies(q.get(), DType::Q8_0, d.get(), rows, K, ring, tuning)};
+}
+
 TEST_CASE("cuda q8_0: the matrix-vector product on int8 inputs computes llama.cpp's q8_0 x q8_1 arithmetic") {
   if (!have_device()) return;
-  constexpr int rows = 70;
   std::mt19937 rng(23);
   for (const int K : {96, 4096}) {  // 4096: long rows, split between warps
     for (const int n : {1, 3, 17}) {
       CAPTURE(K);
       CAPTURE(n);
-      const std::vector<float> values = random_floats(size_t(rows) * K, rng, 0.3f);
-      const size_t row_size = quant_row_bytes(QuantType::Q8_0, K);
-      std::vector<uint8_t> blocks(rows * row_size);
-      std::vector<float> w(size_t(rows) * K);
-      for (int r = 0; r < rows; ++r) {
-        quantize_row(QuantType::Q8_0, values.data() + size_t(r) * K, K, blocks.data() + r * row_size);
-        dequantize_row(QuantType::Q8_0, blocks.data() + r * row_size, K, w.data() + size_t(r) * K);
-      }
-      DeviceBuffer stored = to_device(blocks), q(size_t(rows) * K), d(size_t(rows) * (K / 32) * 2);
-      split_q8_0_blocks(stored.get(), rows, K, q.get(), d.get(), nullptr);
-      std::vector<float> in = random_floats(size_t(n) * K, rng, 2.0f), res = random_floats(size_t(n) * rows, rng);
-      for (int k = 0; k < 32; ++k) in[size_t(k)] = 0.0f;  // an all-zero block
-      DeviceBuffer din = to_device(in), dres = to_device(res), xq(size_t(n) * K), xd(size_t(n) * (K / 32) * 4);
-      matvec_residual_add(q.get(), DType::Q8_0, d.get(), rows, K, din.get<float>(), n, dres.get<float>(),
-                          Q8Scratch{xq.get<int8_t>(), xd.get<float>()}, sms(), nullptr);
-      const std::vector<float> got = to_host<float>(dres, size_t(n) * rows);
-      std::vector<float> want(got.size());
-      for (int t = 0; t < n; ++t) {
-        const std::vector<double> y =
-            q8_products(w, rows, K, host_q8(std::vector<float>(in.begin() + size_t(t) * K, in.begin() + size_t(t + 1) * K)));
-        for (int r = 0; r < rows; ++r) want[size_t(t) * rows + r] = float(res[size_t(t) * rows + r] + y[size_t(r)]);
-      }
-      CHECK(relative_max(got, want) < 1e-5);
+      const ResidualRun run = q8_residual_run(70, K, n, KqRing::Off, {}, rng);
+      CHECK(!run.ring);
+      CHECK(run.gap < 1e-5);
     }
+  }
+}
+
+// One token's o_proj and down on Q8_0 rows through the bulk-copy ring (kquant_ring.cuh: a
+// tile's int8 weights, then its scales, copied into shared memory): the same arithmetic, with 1,
+// 2 or 8 warps a row, and as long matrices go (two runs a tile, the inputs copied to shared
+// memory). Rows of a multiple of 256 weights only (a row's scales whole 16 bytes).
+TEST_CASE("cuda q8_0: one token's o_proj and down through the bulk-copy ring compute the same arithmetic") {
+  if (!have_device() || !rings_run_here()) return;
+  std::mt19937 rng(31);
+  const struct {
+    int K;
+    RingTuning tuning;
+  } cases[] = {{512, {}}, {4096, {}}, {4096, {2, 0}}, {4096, {8, 0}}, {512, {1, 1}}, {4096, {8, 1}}, {4096, {1, -1}}};
+  for (const auto& c : cases) {
+    CAPTURE(c.K);
+    CAPTURE(c.tuning.split);
+    CAPTURE(c.tuning.long_rows);
+    const ResidualRun run = q8_residual_run(128, c.K, 1, KqRing::Forced, c.tuning, rng);
+    CHECK(run.ring);
+    CHECK(run.gap < 1e-5);
+  }
+  // Rows of 96 weights, or rows not a whole number of tiles, take the per-warp kernel.
+  for (const auto [rows, K] : {std::pair{128, 96}, std::pair{70, 4096}}) {
+    CAPTURE(rows);
+    CAPTURE(K);
+    const ResidualRun run = q8_residual_run(rows, K, 1, KqRing::Forced, {}, rng);
+    CHECK(!run.ring);
+    CHECK(run.gap < 1e-5);
+  }
+}
+
+// One token's gate/up on Q8_0 rows through the bulk-copy ring: what the per-warp kernel computes
+// on the same int8 inputs (the sums in another order), with a warp a row (hidden 256) and with
+// two (hidden 2304: two stages of 8 gate and 8 up rows do not fit).
+TEST_CASE("cuda q8_0: one token's gate/up through the bulk-copy ring computes what the per-warp kernel computes") {
+  if (!have_device() || !rings_run_here()) return;
+  std::mt19937 rng(37);
+  constexpr int I = 512;
+  for (const int H : {256, 2304}) {
+    CAPTURE(H);
+    const std::vector<float> values = random_floats(size_t(2 * I) * H, rng, 0.3f);
+    const size_t row_size = quant_row_bytes(QuantType::Q8_0, H);
+    std::vector<uint8_t> blocks(2 * I * row_size);
+    for (int r = 0; r < 2 * I; ++r)
+      quantize_row(QuantType::Q8_0, values.data() + size_t(r) * H, H, blocks.data() + r * row_size);
+    DeviceBuffer stored = to_device(blocks), q(size_t(2 * I) * H), d(size_t(2 * I) * (H / 32) * 2);
+    split_q8_0_blocks(stored.get(), 2 * I, H, q.get(), d.get(), nullptr);
+    DeviceBuffer x = to_device(random_floats(H, rng, 1.0f)), norm = to_device(random_floats(H, rng, 1.0f));
+    DeviceBuffer xq(H), xd(size_t(H / 32) * 4), act(size_t(I) * 4);
+    CHECK(gate_up_ring_applies(q.get(), DType::Q8_0, d.get(), H, I, KqRing::Forced, sms()));
+    CHECK_FALSE(gate_up_ring_applies(q.get(), DType::Q8_0, d.get(), H, I, KqRing::Off, sms()));
+    std::vector<float> got[2];
+    for (const KqRing ring : {KqRing::Forced, KqRing::Off}) {
+      rmsnorm_gate_up_swiglu(q.get(), DType::Q8_0, d.get(), norm.get<float>(), 1e-6f, H, I, x.get<float>(), 1,
+                             act.get<float>(), Q8Scratch{xq.get<int8_t>(), xd.get<float>()}, sms(), nullptr, ring);
+      got[ring == KqRing::Off] = to_host<float>(act, I);
+    }
+    CHECK(relative_max(got[0], got[1]) < 1e-5);
+    double largest = 0;
+    for (const float v : got[1]) largest = std::max(largest, double(std::fabs(v)));
+    CHECK(largest > 1e-3);  // not all zero
   }
 }
 

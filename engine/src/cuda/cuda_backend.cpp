@@ -232,11 +232,18 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"kquant_gate_up_ring", any_kquant_layer([&](int l) {
-                 return gate_up_ring_applies(layers_[l].w_gate_up.get(), layers_[l].w_gate_up_scale.get(),
+                 return gate_up_ring_applies(layers_[l].w_gate_up.get(), layer_dtype_, layers_[l].w_gate_up_scale.get(),
                                              c_.hidden_size, c_.intermediate_size, gate_up_ring_, sms_);
                })},
               {"kquant_o_proj_down_ring", layer_dtype_ == DType::Q4_K && residual_ring_ != KqRing::Off && rings_run_here()},
               {"kquant_qkv_ring", any_kquant_layer([&](int l) { return qkv_ring_applies(qkv_args(l), qkv_ring_, sms_); })},
+              // Q8_0 layers through the same rings (rows of a multiple of 256 weights)
+              {"q8_0_gate_up_ring", layer_dtype_ == DType::Q8_0 && !layers_.empty() &&
+                                        gate_up_ring_applies(layers_[0].w_gate_up.get(), layer_dtype_,
+                                                             layers_[0].w_gate_up_scale.get(), c_.hidden_size,
+                                                             c_.intermediate_size, gate_up_ring_, sms_)},
+              {"q8_0_o_proj_down_ring", layer_dtype_ == DType::Q8_0 && !layers_.empty() && residual_rings(0)},
+              {"q8_0_qkv_ring", layer_dtype_ == DType::Q8_0 && !layers_.empty() && qkv_ring_applies(qkv_args(0), qkv_ring_, sms_)},
               {"kquant_pair_planar_inputs", q8_planar_.get() != nullptr},
               {"tensor_core_prefill", tensor_cores},
               {"prefill_gemm", tensor_cores ? gemm_bf16_impl() : "none"},
@@ -625,8 +632,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const char* fused = std::getenv("RUNAHEAD_CUDA_FUSED_Q8");
     attention_q8_ = reads_int8(layer_dtype_) && hd % 32 == 0 && !(fused && std::string(fused) == "0");
     // One token's K-quant gate/up, and o_proj and down, through a ring of bulk copies where the
-    // shape gains from it (kernels.h KqRing); each switch: =0 never, =force wherever it can run
-    // (to measure and test it).
+    // shape gains from it (kernels.h KqRing), and Q8_0's o_proj, down and q/k/v; each switch: =0
+    // never, =force wherever it can run (to measure and test it).
     const auto ring_switch = [](const char* name) {
       const char* v = std::getenv(name);
       const std::string s = v ? v : "";
@@ -902,6 +909,15 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
                            c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
                            act_.get<float>(), q8_inputs(), sms_, stream_, gate_up_ring_);
+  }
+  // Whether layer l's o_proj and down both go through the bulk-copy ring.
+  bool residual_rings(int l) const {
+    const auto ring = [&](Role role) {
+      const Tensor& w = w_->layers[l][role];
+      return residual_ring_applies(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
+                                   int(w.cols()), residual_ring_, residual_tuning_);
+    };
+    return ring(Role::Wo) && ring(Role::WDown);
   }
   // x += in W^T for the layer's matrix `role` (o_proj or down).
   void enqueue_matmul_residual(int l, Role role, const float* in, int n) {

@@ -41,15 +41,16 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
                        in.q8);
 }
 
-// One token's gate/up on K-quant rows of one format through a ring of bulk copies
-// (kquant_ring.cuh): a tile is 8 gate rows and the matching 8 up rows; the inputs are staged
-// as the kernel above stages them (stage_q8, which also sums x^2 for the norm).
-template <RingRows kRows>
+// One token's gate/up on K-quant rows of one format, or Q8_0 rows, through a ring of bulk copies
+// (kquant_ring.cuh): a tile is 8 / split gate rows and the matching up rows (kSplit: split may
+// be more than 1); the inputs are staged as the kernel above stages them (stage_q8, which also
+// sums x^2 for the norm).
+template <RingRows kRows, bool kSplit>
 __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
     gate_up_ring_kernel(RingShape shape, const float* norm, float eps, int H, const float* x, float* act) {
   extern __shared__ __align__(128) unsigned char smem[];
   float inv = 0.0f;
-  ring_gemv<kRows, 2>(
+  ring_gemv<kRows, 2, kSplit>(
       shape, smem, [&] { return ring_norm_inputs(shape, x, norm, H, eps, smem, inv); },
       [&](int j, const float (&sum)[2], const float (&)[kPreloads]) {
         const float g = sum[0] * inv, u = sum[1] * inv;
@@ -57,27 +58,37 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
       });
 }
 
-// The ring's launch, or stages 0 where it does not apply or (Auto) where each block would get
-// fewer than kRingMinTiles tiles: measured on an H200, the ring gains where each block streams
-// several tiles (7B: six, gate/up 947 -> 841 us a step) and loses where the ring's first fill
-// is most of a block's work (1.5B: under three, 324 -> 371).
-constexpr int kRingMinTiles = 4;
+// The ring's launch wherever it fits (stages 0 where it does not). It once ran only where each
+// block got at least 4 tiles (H200, v21: the 7B's six gained, gate/up 947 -> 841 us a step; the
+// 1.5B's under three lost, 324 -> 371, while each block staged its inputs in several rounds of
+// loads). Measured again with the inputs in one round (v30, ms/token against the per-warp
+// kernel, same call): Q4_K_M 1.5B 0.988 / 0.986 -> 0.972 / 0.971; Q8_0 7B (two warps a row)
+// 2.626 / 2.621 -> 2.508 / 2.509, 1.5B 1.008 -> 0.963.
 struct GateUpRingLaunch {
   RingShape shape{};
   void (*kernel)(RingShape, const float*, float, int, const float*, float*) = nullptr;
   int blocks = 0;
 };
-GateUpRingLaunch gate_up_ring_launch(const void* w, const void* q6, int H, int I, int n, KqRing use, int sms,
-                                     const Q8Scratch& q8 = {}) {
+// A Q8_0 matrix's rows are twice a Q4_K one's: the fewest warps a row (1, 2 or 4) that fit two
+// stages (the 7B's 16 rows of 3808 bytes do not: 2).
+GateUpRingLaunch gate_up_ring_launch(const void* w, DType dtype, const void* q6, int H, int I, int n, KqRing use,
+                                     int sms, const Q8Scratch& q8 = {}) {
   GateUpRingLaunch l;
-  if (use == KqRing::Off) return l;
-  l.shape = ring_shape_rows(w, q6, 2 * I, 2, H, n, ring_norm_staged_bytes(H));
-  with_planar_inputs(l.shape, H, q8);
+  if (use == KqRing::Off || (dtype != DType::Q4_K && dtype != DType::Q8_0)) return l;
+  if (dtype == DType::Q8_0) {
+    for (int split = 1; split <= 4 && l.shape.stages == 0; split *= 2)
+      l.shape = ring_shape_rows(w, q6, 2 * I, 2, H, n, stage_q8_bytes(H), split, kRingBlocksPerSm, true);
+  } else {
+    l.shape = ring_shape_rows(w, q6, 2 * I, 2, H, n, ring_norm_staged_bytes(H));
+    with_planar_inputs(l.shape, H, q8);
+  }
   if (l.shape.stages == 0) return l;
-  l.kernel = ring_rows(l.shape) == RingRows::Q6 ? gate_up_ring_kernel<RingRows::Q6> : gate_up_ring_kernel<RingRows::Q4>;
+  l.kernel = ring_rows(l.shape) == RingRows::Q6   ? gate_up_ring_kernel<RingRows::Q6, false>
+             : ring_rows(l.shape) == RingRows::Q4 ? gate_up_ring_kernel<RingRows::Q4, false>
+             : l.shape.split > 1                  ? gate_up_ring_kernel<RingRows::Q8, true>
+                                                  : gate_up_ring_kernel<RingRows::Q8, false>;
   int resident = 0;
   l.blocks = ring_blocks(l.kernel, l.shape, sms, resident);
-  if (use == KqRing::Auto && l.shape.tiles < kRingMinTiles * resident) l.shape.stages = 0;
   return l;
 }
 
@@ -86,8 +97,8 @@ GateUpRingLaunch gate_up_ring_launch(const void* w, const void* q6, int H, int I
 void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring) {
-  if (dtype == DType::Q4_K) {
-    const GateUpRingLaunch l = gate_up_ring_launch(w_gate_up, scale, H, I, n, ring, sms, q8);
+  {
+    const GateUpRingLaunch l = gate_up_ring_launch(w_gate_up, dtype, scale, H, I, n, ring, sms, q8);
     if (l.shape.stages > 0) {
       launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, norm, eps, H, x,
                  act);
@@ -106,8 +117,8 @@ void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
   });
 }
 
-bool gate_up_ring_applies(const void* w_gate_up, const void* scale, int H, int I, KqRing ring, int sms) {
-  return gate_up_ring_launch(w_gate_up, scale, H, I, 1, ring, sms).shape.stages > 0;
+bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms) {
+  return gate_up_ring_launch(w_gate_up, dtype, scale, H, I, 1, ring, sms).shape.stages > 0;
 }
 
 }  // namespace runahead::cuda

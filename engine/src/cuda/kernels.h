@@ -65,11 +65,12 @@ bool kq_planar_enabled();
 void embedding_lookup(const void* embed, DType dtype, const void* scale, int H, const int32_t* tokens, int n, float* x,
                       cudaStream_t stream);
 
-// One token's product with a K-quant matrix may stream its rows through a ring of bulk copies
-// in shared memory (kquant_ring.cuh) rather than each warp loading its own: Auto where the
-// shape measured faster for it (x += in W^T: always, two stages of 8 rows or, for long rows
-// such as down's, of fewer rows with several warps a row; gate/up and q/k/v: where there are
-// enough tiles, the 7B's and not the 1.5B's), Forced wherever it can run, Off never.
+// One token's product with a K-quant or Q8_0 matrix (Q8_0: rows of a multiple of 256 weights)
+// may stream its rows through a ring of bulk copies in shared memory (kquant_ring.cuh) rather
+// than each warp loading its own: Auto where the shape measured faster for it (x += in W^T and
+// gate/up: wherever it fits, two stages of 8 rows or, for long rows such as down's, of fewer
+// rows with several warps a row; q/k/v: where there are enough tiles, a tile for every two
+// multiprocessors), Forced wherever it can run, Off never.
 enum class KqRing { Off, Auto, Forced };
 // Whether this device runs the rings (bulk copies: compute capability 9.0 or more).
 bool rings_run_here();
@@ -77,8 +78,8 @@ bool rings_run_here();
 // rmsnorm_qkv_rope.cu — for each token t at position p = *pos + t:
 //   h = rmsnorm(x[t]) * norm;  [q | k | v] = h W^T + bias;  with q/k norms (Qwen3) each q head
 //   = rmsnorm(q head) * q_norm and each k head = rmsnorm(k head) * k_norm;  rotate q and k by
-//   RoPE(p);  q_out[t] = q;  k_cache[p] = k;  v_cache[p] = v.  `ring`: one token's K-quant
-//   q/k/v through the bulk-copy ring (KqRing; qkv_ring_applies says whether it would).
+//   RoPE(p);  q_out[t] = q;  k_cache[p] = k;  v_cache[p] = v.  `ring`: one token's K-quant or
+//   Q8_0 q/k/v through the bulk-copy ring (KqRing; qkv_ring_applies says whether it would).
 // W: [(heads + 2 kv_heads) * head_dim, H] (q rows, then k, then v); rope_cos/sin: [capacity, head_dim / 2].
 // Without q/k norms one kernel does it all; with them the projection goes to `qkv` and a
 // second kernel (bias_rope_append's) normalises each head, rotates and appends.
@@ -147,13 +148,17 @@ struct RingTuning {
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
                          KqRing ring = KqRing::Off, RingTuning tuning = {});
+// Whether one token's matvec_residual_add of that matrix goes through the bulk-copy ring
+// (Q4_K rows of one format or Q8_0 rows; ring not Off; a device with bulk copies).
+bool residual_ring_applies(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
+                           RingTuning tuning = {});
 
 // gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
 // u = ... . Wu[j]   w_gate_up: [2I, H], Wg its first I rows, Wu the rest; x: [n, H], act: [n, I]
 void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring = KqRing::Auto);
-bool gate_up_ring_applies(const void* w_gate_up, const void* scale, int H, int I, KqRing ring, int sms);
+bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first
 // on ties) for t < n   W: [V, H], x: [n, H], logits: [n, V]; then `end`.

@@ -1,5 +1,5 @@
 #pragma once
-// One token's product with a K-quant matrix through a ring of bulk copies in shared memory. A
+// One token's product with a K-quant or Q8_0 matrix through a ring of bulk copies in shared memory. A
 // producer thread copies tiles into `stages` stages, starting before pdl_wait (weights do not
 // depend on the previous kernel), and keeps them in flight without holding registers;
 // kRingWarps consumer warps take a unit each from a tile. A tile is P runs of kRingWarps
@@ -11,7 +11,8 @@
 // product is q4k_dot_rows / q6k_dot_rows (kquant.cuh) on the same bytes; the norm-fused rings
 // stage their inputs pair-planar too, so their Q4_K rows go a chunk pair a lane (one decode of
 // the scales for two chunks) where the per-warp kernels go a chunk a lane: the same sums in
-// another order.
+// another order. Q8_0 rows (as the device keeps them, common.cuh Q8Weight) are copied as a
+// run's int8 weights and then its f16 scales, and summed by q8_0_dot_rows.
 #include <algorithm>
 
 #include "cuda/bulk_copy.cuh"
@@ -32,9 +33,9 @@ constexpr int kRingBlocksPerSm = 3;  // 2 measured slower on the 7B gate/up (2.7
 #define RUNAHEAD_RING_DIAG 0
 #endif
 
-// Which formats a ring's rows have: every row Q4_K, every row Q6_K, or Q4_K rows then Q6_K
-// ones (a fused q/k/v whose v, or k and v, are Q6_K).
-enum class RingRows { Q4, Q6, Both };
+// Which formats a ring's rows have: every row Q4_K, every row Q6_K, Q4_K rows then Q6_K
+// ones (a fused q/k/v whose v, or k and v, are Q6_K), or every row Q8_0.
+enum class RingRows { Q4, Q6, Both, Q8 };
 
 // The matrix (Q4_K rows [0, q6_from) at q4, Q6_K rows from q6_from on at q6, as RowMatrix
 // reads them) and its tiles: tiles come in groups of group_tiles; tile t's run 0 starts at row
@@ -44,6 +45,8 @@ enum class RingRows { Q4, Q6, Both };
 struct RingShape {
   const uint8_t* q4 = nullptr;
   const uint8_t* q6 = nullptr;
+  const int8_t* q8 = nullptr;          // a Q8_0 matrix (RingRows::Q8): its int8 weights ([rows, K])
+  const __half* q8_scales = nullptr;  // and their f16 block scales ([rows, K / 32])
   int q6_from = 0, K = 0;
   int run_rows = 0, group_rows = 0, group_tiles = 1;
   int tiles = 0, stages = 0, staged_bytes = 0, stage_bytes = 0;
@@ -87,7 +90,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   const auto tile_of = [&](int i) {
     const int first = s.first_row(int(blockIdx.x) + i * int(gridDim.x));
     const bool q6 = kRows == RingRows::Q6 || (kRows == RingRows::Both && first >= s.q6_from);
-    return Tile{first, q6, q6 ? q6k_row_bytes(s.K) : q4k_row_bytes(s.K)};
+    return Tile{first, q6, kRows == RingRows::Q8 ? size_t(s.K) : q6 ? q6k_row_bytes(s.K) : q4k_row_bytes(s.K)};
   };
   if (threadIdx.x == 0) {
     for (int i = 0; i < s.stages; ++i) {
@@ -106,6 +109,17 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     const size_t run = s.tile_rows() * t.row_bytes;
     if (i >= s.stages) mbarrier_wait(&empty[stage], (i / s.stages - 1) & 1);
     unsigned char* dst = ring + size_t(stage) * s.stage_bytes;
+    if constexpr (kRows == RingRows::Q8) {  // the runs' weights, then their scales
+      const size_t scales = s.tile_rows() * size_t(s.K / 16);
+      mbarrier_expect_bytes(&full[stage], unsigned(P * (run + scales)));
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const size_t r = size_t(t.first + p * s.run_rows);
+        bulk_load(dst + p * run, s.q8 + r * s.K, unsigned(run), &full[stage], policy);
+        bulk_load(dst + P * run + p * scales, s.q8_scales + r * (s.K / 32), unsigned(scales), &full[stage], policy);
+      }
+      return;
+    }
     mbarrier_expect_bytes(&full[stage], unsigned(P * run));
 #pragma unroll
     for (int p = 0; p < P; ++p)
@@ -125,7 +139,8 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   }
   // This warp's unit of a tile and its part of K (chunks [c_begin, c_end)).
   const int split = kSplit ? s.split : 1, unit = warp / split, part = warp % split, tile_rows = kRingWarps / split;
-  const int chunks = s.K / Chunk<KQWeight>::kElems, per_part = (chunks + split - 1) / split;
+  const int chunk = kRows == RingRows::Q8 ? Chunk<Q8Weight>::kElems : Chunk<KQWeight>::kElems;
+  const int chunks = s.K / chunk, per_part = (chunks + split - 1) / split;
   const int c_begin = min(chunks, part * per_part), c_end = min(chunks, c_begin + per_part);
   __shared__ float parts[2][kRingWarps][P];  // split > 1: the warps' sums, by tile parity
   for (int i = 0; i < mine; ++i) {
@@ -133,7 +148,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     const Tile t = tile_of(i);
     float pre[kPreloads];
 #pragma unroll
-    for (int i = 0; i < kPreloads; ++i) pre[i] = 0.0f;
+    for (int j = 0; j < kPreloads; ++j) pre[j] = 0.0f;
     if (lane == 0 && part == 0) preload(t.first + unit, pre);
     if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], (i / s.stages) & 1);
     const unsigned char* tile = ring + size_t(stage) * s.stage_bytes;
@@ -145,13 +160,22 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     for (int p = 0; p < P; ++p) acc[p][0] = 0.0f;
     if (RUNAHEAD_RING_DIAG == 1)
       ;
-    else if (t.q6)
+    else if constexpr (kRows == RingRows::Q8) {
+      const Q8Weight* w[P];
+      const __half* d[P];
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        w[p] = reinterpret_cast<const Q8Weight*>(row[p]);
+        d[p] = reinterpret_cast<const __half*>(tile + P * tile_rows * t.row_bytes + (p * tile_rows + unit) * (s.K / 16));
+      }
+      q8_0_dot_rows<P, 1, true>(w, d, c_begin, c_end, in, 1, acc);  // summed over the warp already
+    } else if (t.q6)
       q6k_dot_rows<P, 1, true>(row, s.K, c_begin, c_end, in, 1, acc);
     else
       q4k_dot_rows<P, 1, true>(row, s.K, c_begin, c_end, in, 1, acc);
     float sum[P];
 #pragma unroll
-    for (int p = 0; p < P; ++p) sum[p] = warp_sum(acc[p][0]);
+    for (int p = 0; p < P; ++p) sum[p] = kRows == RingRows::Q8 ? acc[p][0] : warp_sum(acc[p][0]);
     __syncwarp();
     if (lane == 0 && RUNAHEAD_RING_DIAG != 2) mbarrier_arrive(&empty[stage]);
     if (split == 1) {
@@ -205,25 +229,32 @@ __device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool 
 }
 
 // Host side: the ring for one token over a K-quant matrix (q4, q6, q6_from as RowMatrix takes
-// them) of K weights a row, its tiles laid out as RingShape describes, or stages 0 where it
-// does not apply: several tokens, fewer than `min_stages` stages fit, a device without bulk
-// copies.
+// them) or, with q8, a Q8_0 one (q4 its int8 weights, q6 their scales; K a multiple of 256, so
+// that a row's scales are whole 16 bytes) of K weights a row, its tiles laid out as RingShape
+// describes, or stages 0 where it does not apply: several tokens, fewer than `min_stages`
+// stages fit, a device without bulk copies.
 inline RingShape ring_shape(const void* q4, const void* q6, int q6_from, int K, int P, int run_rows, int group_rows,
                             int group_tiles, int tiles, int n, size_t staged_bytes, int min_stages = 2, int split = 1,
-                            int blocks_per_sm = kRingBlocksPerSm) {
+                            int blocks_per_sm = kRingBlocksPerSm, bool q8 = false) {
   RingShape s{};
   s.split = split;
-  if (n != 1 || tiles <= 0 || q6_from % s.tile_rows() != 0 || !bulk_copies_on()) return s;
-  s.q4 = static_cast<const uint8_t*>(q4);
-  s.q6 = static_cast<const uint8_t*>(q6);
-  s.q6_from = q6_from;
+  if (n != 1 || tiles <= 0 || q6_from % s.tile_rows() != 0 || (q8 && K % 256 != 0) || !bulk_copies_on()) return s;
+  if (q8) {
+    s.q8 = static_cast<const int8_t*>(q4);
+    s.q8_scales = static_cast<const __half*>(q6);
+  } else {
+    s.q4 = static_cast<const uint8_t*>(q4);
+    s.q6 = static_cast<const uint8_t*>(q6);
+  }
+  s.q6_from = q8 ? 0 : q6_from;
   s.K = K;
   s.run_rows = run_rows;
   s.group_rows = group_rows;
   s.group_tiles = group_tiles;
   s.tiles = tiles;
   s.staged_bytes = int((staged_bytes + 127) / 128 * 128);
-  s.stage_bytes = int(P * s.tile_rows() * std::max(q4 ? q4k_row_bytes(K) : 0, q6 ? q6k_row_bytes(K) : 0));
+  const size_t row_bytes = q8 ? size_t(K) + K / 16 : std::max(q4 ? q4k_row_bytes(K) : 0, q6 ? q6k_row_bytes(K) : 0);
+  s.stage_bytes = int(P * s.tile_rows() * row_bytes);
   int device = 0, per_sm = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "cudaDeviceGetAttribute");
@@ -233,13 +264,15 @@ inline RingShape ring_shape(const void* q4, const void* q6, int q6_from, int K, 
   return s;
 }
 // A plain matrix of total_rows rows, or gate/up (P = 2: the first half's rows, then the
-// second's), every row of one format: tile t is rows (8 / split) t.. of each run.
+// second's), every row of one format: tile t is rows (8 / split) t.. of each run. q8: a Q8_0
+// matrix (w its weights, scale their scales), else K-quant rows of one format (q4 or q6).
 inline RingShape ring_shape_rows(const void* q4, const void* q6, int total_rows, int P, int K, int n,
-                                 size_t staged_bytes, int split = 1, int blocks_per_sm = kRingBlocksPerSm) {
+                                 size_t staged_bytes, int split = 1, int blocks_per_sm = kRingBlocksPerSm,
+                                 bool q8 = false) {
   const int run_rows = total_rows / P, tile_rows = kRingWarps / split;
-  if (run_rows % kRingWarps != 0 || (q4 && q6)) return RingShape{};
-  return ring_shape(q4, q6, q4 ? total_rows : 0, K, P, run_rows, 0, run_rows / tile_rows, run_rows / tile_rows, n,
-                    staged_bytes, 2, split, blocks_per_sm);
+  if (run_rows % kRingWarps != 0 || (q4 && q6 && !q8)) return RingShape{};
+  return ring_shape(q4, q6, q4 && !q8 ? total_rows : 0, K, P, run_rows, 0, run_rows / tile_rows, run_rows / tile_rows,
+                    n, staged_bytes, 2, split, blocks_per_sm, q8);
 }
 // A norm-fused ring's staged bytes (ring_norm_inputs): stage_q8's, then room for the
 // pair-planar copy of the inputs, which with_planar_inputs turns on where the backend reads
@@ -250,7 +283,7 @@ inline void with_planar_inputs(RingShape& s, int K, const Q8Scratch& q8) {
   if (s.stages > 0 && s.q4 && q8.planar) s.planar_at = int(stage_q8_bytes(K));  // Q6_K rows read them as stored
 }
 inline RingRows ring_rows(const RingShape& s) {
-  return !s.q4 ? RingRows::Q6 : !s.q6 ? RingRows::Q4 : RingRows::Both;
+  return s.q8 ? RingRows::Q8 : !s.q4 ? RingRows::Q6 : !s.q6 ? RingRows::Q4 : RingRows::Both;
 }
 inline size_t ring_smem(const RingShape& s) { return size_t(s.staged_bytes) + size_t(s.stages) * s.stage_bytes; }
 // Blocks for the ring's kernel (its dynamic shared memory set): at most the resident ones.

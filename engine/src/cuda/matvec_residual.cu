@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_
       });
 }
 
-// One token's x += in W^T on K-quant rows of one format through a ring of bulk copies
+// One token's x += in W^T on K-quant rows of one format, or Q8_0 rows, through a ring of bulk copies
 // (kquant_ring.cuh): a tile is 8 / split rows (kSplit: split may be more than 1), the inputs
 // the quantized ones in q8 (global memory). kLong: a tile is two runs of them, the second from
 // row rows / 2 on (a warp sums a row of each at once, loading the inputs once for both), and
@@ -53,7 +53,9 @@ __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
     matvec_residual_ring_kernel(RingShape shape, float* x, Q8Inputs q8) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int P = kLong ? 2 : 1;
-  const auto inputs = [&] { return kLong ? ring_copied_inputs(q8, kRows != RingRows::Q6 && q8.planar, smem) : q8; };
+  const auto inputs = [&] {
+    return kLong ? ring_copied_inputs(q8, (kRows == RingRows::Q4 || kRows == RingRows::Both) && q8.planar, smem) : q8;
+  };
   ring_gemv<kRows, P, kSplit>(
       shape, smem, inputs,
       [&](int r, const float (&sum)[P], const float (&old)[kPreloads]) {
@@ -75,14 +77,16 @@ __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
 // shape is the one of two runs (run_rows half the rows).
 // A long matrix's ring takes at most 2 stages: the 7B's Q6_K down rows (split 8, 31 KB a stage)
 // fit 3, and with 3 down measured 580 us a step alone against 560 with 2 (H200, Q4_K_M).
+// Q8_0 rows take the same rule (v30, H200, 7B Q8_0 ms/token: 2.508 / 2.509 as is, 2.522 / 2.562
+// with no matrix as long; the 7B's down goes 8 warps a row, o_proj 2).
 constexpr int kLongRingStages = 2;
-RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingTuning tuning) {
+RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingTuning tuning, bool q8) {
   const bool long_rows =
       rows % (2 * kRingWarps) == 0 && (tuning.long_rows ? tuning.long_rows > 0 : rows >= 3072 && K >= 3072);
   const size_t staged = long_rows ? stage_q8_bytes(K) : 0;
   for (int split = tuning.split ? tuning.split : 1; split <= kRingWarps; split *= 2) {
     RingShape shape = ring_shape_rows(w, scale, rows, long_rows ? 2 : 1, K, 1, staged, split,
-                                      long_rows ? 2 : kRingBlocksPerSm);
+                                      long_rows ? 2 : kRingBlocksPerSm, q8);
     if (long_rows) shape.stages = std::min(shape.stages, tuning.stages ? tuning.stages : kLongRingStages);
     if (shape.stages > 0 || tuning.split) return shape;
   }
@@ -93,15 +97,21 @@ RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingT
 
 bool rings_run_here() { return bulk_copies_on(); }
 
+bool residual_ring_applies(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
+                           RingTuning tuning) {
+  return (dtype == DType::Q4_K || dtype == DType::Q8_0) && ring != KqRing::Off &&
+         residual_ring(w, scale, rows, K, tuning, dtype == DType::Q8_0).stages > 0;
+}
+
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized, KqRing ring,
                          RingTuning tuning) {
   // One token's Q4_K rows read the inputs pair-planar where this op quantizes them.
   const Q8Scratch own{q8.q, q8.d, dtype == DType::Q4_K && n == 1 && !quantized ? q8.planar : nullptr};
   const Q8Inputs inputs{q8.q, q8.d, K, own.planar};
-  if (dtype == DType::Q4_K && ring != KqRing::Off && n == 1) {
-    const RingShape shape = residual_ring(w, scale, rows, K, tuning);
-    if (shape.stages > 0) {
+  if (n == 1 && residual_ring_applies(w, dtype, scale, rows, K, ring, tuning)) {
+    const RingShape shape = residual_ring(w, scale, rows, K, tuning, dtype == DType::Q8_0);
+    {
       if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream);
       const bool long_rows = shape.run_rows < rows, split = shape.split > 1;
       auto pick = [&](auto rows_c) {
@@ -110,8 +120,9 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
           return split ? matvec_residual_ring_kernel<kR, true, true> : matvec_residual_ring_kernel<kR, true, false>;
         return split ? matvec_residual_ring_kernel<kR, false, true> : matvec_residual_ring_kernel<kR, false, false>;
       };
-      auto kernel = ring_rows(shape) == RingRows::Q6 ? pick(std::integral_constant<RingRows, RingRows::Q6>{})
-                                                     : pick(std::integral_constant<RingRows, RingRows::Q4>{});
+      auto kernel = ring_rows(shape) == RingRows::Q6   ? pick(std::integral_constant<RingRows, RingRows::Q6>{})
+                    : ring_rows(shape) == RingRows::Q8 ? pick(std::integral_constant<RingRows, RingRows::Q8>{})
+                                                       : pick(std::integral_constant<RingRows, RingRows::Q4>{});
       int resident = 0;
       const int blocks = ring_blocks(kernel, shape, sms, resident);
       launch_pdl(kernel, dim3(blocks), dim3(kRingThreads), ring_smem(shape), stream, shape, x, inputs);
