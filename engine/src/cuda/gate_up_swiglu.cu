@@ -69,7 +69,7 @@ struct GateUpRingLaunch {
   void (*kernel)(RingShape, const float*, float, int, const float*, float*) = nullptr;
   int blocks = 0;
 };
-// A Q8_0 matrix's rows are twice a Q4_K one's: the fewest warps a row (1, 2 or 4) that fit two
+// A Q8_0 row is 1.9x a Q4_K one: the fewest warps a row (1, 2 or 4) that fit two
 // stages (the 7B's 16 rows of 3808 bytes do not: 2).
 GateUpRingLaunch gate_up_ring_launch(const void* w, DType dtype, const void* q6, int H, int I, int n, KqRing use,
                                      int sms, const Q8Scratch& q8 = {}) {
