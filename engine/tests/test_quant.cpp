@@ -378,6 +378,34 @@ TEST_CASE("quant: every kernel table's multi-token rows give each of n = 2..9 an
   }
 }
 
+// Several tokens go through a thread's rows in blocks of ~256 KB of weights (matmul_tiled), each
+// token group over a block before the next: with rows spanning several blocks and a row range
+// that starts and ends inside them, every (row, token) is still its single-token result.
+TEST_CASE("quant: multi-token rows spanning several weight blocks give each token its single-token result") {
+  const int64_t rows = 403, cols = 4096, n = 9;  // Q8_0: 4352-byte rows, ~7 blocks; Q4_K: ~4
+  for (QuantType t : {QuantType::Q8_0, QuantType::Q4_K}) {
+    const auto q = quantize(t, weights(rows * cols, 17), rows, cols);
+    const size_t row_bytes = quant_row_bytes(t, cols);
+    std::vector<Q8Activations> xq(n);
+    std::mt19937_64 rng(13);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (Q8Activations& a : xq) {
+      std::vector<float> x(cols);
+      for (float& v : x) v = normal(rng);
+      a.quantize(x.data(), cols);
+    }
+    for (const QuantKernels* k : available_quant_kernels()) {
+      INFO(std::string(k->simd) << " " << std::string(quant_format(t).name));
+      const QuantMatmulRowsFn fn = k->rows(t);
+      std::vector<float> single(n * rows), y(n * rows, NAN);
+      for (int tok = 0; tok < n; ++tok) fn(q.data(), row_bytes, 0, rows, cols, &xq[tok], 1, &single[tok * rows], 0);
+      fn(q.data(), row_bytes, 0, 7, cols, xq.data(), n, y.data(), rows);
+      fn(q.data(), row_bytes, 7, rows, cols, xq.data(), n, y.data() + 7, rows);
+      CHECK(std::memcmp(y.data(), single.data(), y.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("quant: RUNAHEAD_SIMD picks a quantized table by name, and AVX2 with and without VNNI give the same bits") {
   const auto tables = available_quant_kernels();
   const auto find = [&](const char* name) -> const QuantKernels* {
