@@ -378,6 +378,19 @@ TEST_CASE("quant: every kernel table's multi-token rows give each of n = 2..9 an
   }
 }
 
+// n tokens of cols standard-normal values each, quantized (Q8Activations::quantize).
+std::vector<Q8Activations> normal_activations(int n, int64_t cols, uint64_t seed) {
+  std::vector<Q8Activations> xq(n);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (Q8Activations& a : xq) {
+    std::vector<float> x(cols);
+    for (float& v : x) v = normal(rng);
+    a.quantize(x.data(), cols);
+  }
+  return xq;
+}
+
 // Several tokens go through a thread's rows in blocks of ~256 KB of weights (matmul_tiled), each
 // token group over a block before the next: with rows spanning several blocks and a row range
 // that starts and ends inside them, every (row, token) is still its single-token result.
@@ -386,14 +399,7 @@ TEST_CASE("quant: multi-token rows spanning several weight blocks give each toke
   for (QuantType t : {QuantType::Q8_0, QuantType::Q4_K}) {
     const auto q = quantize(t, weights(rows * cols, 17), rows, cols);
     const size_t row_bytes = quant_row_bytes(t, cols);
-    std::vector<Q8Activations> xq(n);
-    std::mt19937_64 rng(13);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (Q8Activations& a : xq) {
-      std::vector<float> x(cols);
-      for (float& v : x) v = normal(rng);
-      a.quantize(x.data(), cols);
-    }
+    const std::vector<Q8Activations> xq = normal_activations(n, cols, 13);
     for (const QuantKernels* k : available_quant_kernels()) {
       INFO(std::string(k->simd) << " " << std::string(quant_format(t).name));
       const QuantMatmulRowsFn fn = k->rows(t);
@@ -437,14 +443,7 @@ TEST_CASE("quant: RUNAHEAD_SIMD picks a quantized table by name, and AVX2 with a
     INFO(std::string(quant_format(t).name));
     const int64_t cols = quant_format(t).block_elems == 256 ? 512 : 480;
     const auto q = quantize(t, weights(rows * cols, uint64_t(cols) + 3), rows, cols);
-    std::vector<Q8Activations> xq(9);
-    std::mt19937_64 rng(9);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (Q8Activations& a : xq) {
-      std::vector<float> x(cols);
-      for (float& v : x) v = normal(rng);
-      a.quantize(x.data(), cols);
-    }
+    const std::vector<Q8Activations> xq = normal_activations(9, cols, 9);
     for (int n : {1, 4, 9}) {
       std::vector<float> a(n * rows), b(n * rows);
       avx2->rows(t)(q.data(), quant_row_bytes(t, cols), 0, rows, cols, xq.data(), n, a.data(), rows);
