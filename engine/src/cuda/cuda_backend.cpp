@@ -196,9 +196,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   int kv_len() const override { return kv_len_; }
   std::span<const float> hidden() const override { return hidden_; }
 
-  // Whether some layer of K-quant matrices satisfies f(layer).
-  template <class F> bool any_kquant_layer(F f) const {
-    if (layer_dtype_ != DType::Q4_K) return false;
+  // Whether the layers' matrices are `dtype` (DType::Q4_K: K-quants) and some layer satisfies f(layer).
+  template <class F> bool any_layer_of(DType dtype, F f) const {
+    if (layer_dtype_ != dtype) return false;
     for (int l = 0; l < int(layers_.size()); ++l)
       if (f(l)) return true;
     return false;
@@ -206,6 +206,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   nlohmann::json describe() const override {
     const bool tensor_cores = prefill_on_tensor_cores();
+    const auto gate_up_ring = [&](int l) {
+      return gate_up_ring_applies(layers_[l].w_gate_up.get(), layer_dtype_, layers_[l].w_gate_up_scale.get(),
+                                  c_.hidden_size, c_.intermediate_size, gate_up_ring_, sms_);
+    };
+    const auto qkv_ring = [&](int l) { return qkv_ring_applies(qkv_args(l), qkv_ring_, sms_); };
     return {{"backend", "cuda"},
             {"device", device_name_},
             {"multiprocessors", sms_},
@@ -231,19 +236,13 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"split_k_decode_attention", attention_.splits},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
-              {"kquant_gate_up_ring", any_kquant_layer([&](int l) {
-                 return gate_up_ring_applies(layers_[l].w_gate_up.get(), layer_dtype_, layers_[l].w_gate_up_scale.get(),
-                                             c_.hidden_size, c_.intermediate_size, gate_up_ring_, sms_);
-               })},
+              {"kquant_gate_up_ring", any_layer_of(DType::Q4_K, gate_up_ring)},
               {"kquant_o_proj_down_ring", layer_dtype_ == DType::Q4_K && residual_ring_ != KqRing::Off && rings_run_here()},
-              {"kquant_qkv_ring", any_kquant_layer([&](int l) { return qkv_ring_applies(qkv_args(l), qkv_ring_, sms_); })},
+              {"kquant_qkv_ring", any_layer_of(DType::Q4_K, qkv_ring)},
               // Q8_0 layers through the same rings (rows of a multiple of 256 weights)
-              {"q8_0_gate_up_ring", layer_dtype_ == DType::Q8_0 && !layers_.empty() &&
-                                        gate_up_ring_applies(layers_[0].w_gate_up.get(), layer_dtype_,
-                                                             layers_[0].w_gate_up_scale.get(), c_.hidden_size,
-                                                             c_.intermediate_size, gate_up_ring_, sms_)},
-              {"q8_0_o_proj_down_ring", layer_dtype_ == DType::Q8_0 && !layers_.empty() && residual_rings(0)},
-              {"q8_0_qkv_ring", layer_dtype_ == DType::Q8_0 && !layers_.empty() && qkv_ring_applies(qkv_args(0), qkv_ring_, sms_)},
+              {"q8_0_gate_up_ring", any_layer_of(DType::Q8_0, gate_up_ring)},
+              {"q8_0_o_proj_down_ring", any_layer_of(DType::Q8_0, [&](int l) { return residual_rings(l); })},
+              {"q8_0_qkv_ring", any_layer_of(DType::Q8_0, qkv_ring)},
               {"kquant_pair_planar_inputs", q8_planar_.get() != nullptr},
               {"tensor_core_prefill", tensor_cores},
               {"prefill_gemm", tensor_cores ? gemm_bf16_impl() : "none"},

@@ -97,13 +97,9 @@ GateUpRingLaunch gate_up_ring_launch(const void* w, DType dtype, const void* q6,
 void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring) {
-  {
-    const GateUpRingLaunch l = gate_up_ring_launch(w_gate_up, dtype, scale, H, I, n, ring, sms, q8);
-    if (l.shape.stages > 0) {
-      launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, norm, eps, H, x,
-                 act);
-      return;
-    }
+  if (const GateUpRingLaunch l = gate_up_ring_launch(w_gate_up, dtype, scale, H, I, n, ring, sms, q8); l.shape.stages > 0) {
+    launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, norm, eps, H, x, act);
+    return;
   }
   with_matrix_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;

@@ -97,10 +97,19 @@ RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingT
 
 bool rings_run_here() { return bulk_copies_on(); }
 
+namespace {
+// One token's ring for the matrix where one applies (Q4_K rows of one format or Q8_0 rows, ring
+// not Off), else stages 0.
+RingShape residual_ring_of(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
+                           RingTuning tuning) {
+  if ((dtype != DType::Q4_K && dtype != DType::Q8_0) || ring == KqRing::Off) return RingShape{};
+  return residual_ring(w, scale, rows, K, tuning, dtype == DType::Q8_0);
+}
+}  // namespace
+
 bool residual_ring_applies(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
                            RingTuning tuning) {
-  return (dtype == DType::Q4_K || dtype == DType::Q8_0) && ring != KqRing::Off &&
-         residual_ring(w, scale, rows, K, tuning, dtype == DType::Q8_0).stages > 0;
+  return residual_ring_of(w, dtype, scale, rows, K, ring, tuning).stages > 0;
 }
 
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
@@ -109,25 +118,23 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
   // One token's Q4_K rows read the inputs pair-planar where this op quantizes them.
   const Q8Scratch own{q8.q, q8.d, dtype == DType::Q4_K && n == 1 && !quantized ? q8.planar : nullptr};
   const Q8Inputs inputs{q8.q, q8.d, K, own.planar};
-  if (n == 1 && residual_ring_applies(w, dtype, scale, rows, K, ring, tuning)) {
-    const RingShape shape = residual_ring(w, scale, rows, K, tuning, dtype == DType::Q8_0);
-    {
-      if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream);
-      const bool long_rows = shape.run_rows < rows, split = shape.split > 1;
-      auto pick = [&](auto rows_c) {
-        constexpr RingRows kR = decltype(rows_c)::value;
-        if (long_rows)
-          return split ? matvec_residual_ring_kernel<kR, true, true> : matvec_residual_ring_kernel<kR, true, false>;
-        return split ? matvec_residual_ring_kernel<kR, false, true> : matvec_residual_ring_kernel<kR, false, false>;
-      };
-      auto kernel = ring_rows(shape) == RingRows::Q6   ? pick(std::integral_constant<RingRows, RingRows::Q6>{})
-                    : ring_rows(shape) == RingRows::Q8 ? pick(std::integral_constant<RingRows, RingRows::Q8>{})
-                                                       : pick(std::integral_constant<RingRows, RingRows::Q4>{});
-      int resident = 0;
-      const int blocks = ring_blocks(kernel, shape, sms, resident);
-      launch_pdl(kernel, dim3(blocks), dim3(kRingThreads), ring_smem(shape), stream, shape, x, inputs);
-      return;
-    }
+  if (const RingShape shape = n == 1 ? residual_ring_of(w, dtype, scale, rows, K, ring, tuning) : RingShape{};
+      shape.stages > 0) {
+    if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream);
+    const bool long_rows = shape.run_rows < rows, split = shape.split > 1;
+    auto pick = [&](auto rows_c) {
+      constexpr RingRows kR = decltype(rows_c)::value;
+      if (long_rows)
+        return split ? matvec_residual_ring_kernel<kR, true, true> : matvec_residual_ring_kernel<kR, true, false>;
+      return split ? matvec_residual_ring_kernel<kR, false, true> : matvec_residual_ring_kernel<kR, false, false>;
+    };
+    auto kernel = ring_rows(shape) == RingRows::Q6   ? pick(std::integral_constant<RingRows, RingRows::Q6>{})
+                  : ring_rows(shape) == RingRows::Q8 ? pick(std::integral_constant<RingRows, RingRows::Q8>{})
+                                                     : pick(std::integral_constant<RingRows, RingRows::Q4>{});
+    int resident = 0;
+    const int blocks = ring_blocks(kernel, shape, sms, resident);
+    launch_pdl(kernel, dim3(blocks), dim3(kRingThreads), ring_smem(shape), stream, shape, x, inputs);
+    return;
   }
   with_matrix_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;

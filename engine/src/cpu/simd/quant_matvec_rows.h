@@ -132,24 +132,15 @@ struct Q8_0Tile {
   }
 };
 
-// Tile::run<R, T> over n tokens: groups of T, then the remainder by smaller groups.
+// Tile::run<R, T> over `rows` rows (a multiple of R) and n tokens: groups of T tokens, then the
+// remainder by smaller groups; each group passes over every R-row tile before the next group.
 template <class Tile, int R, int T>
-void token_groups(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, int n, float* y,
-                  int64_t ldy) {
-  for (; n >= T; n -= T, x += T, y += T * ldy) Tile::template run<R, T>(w, row_bytes, cols, x, y, ldy);
-  if constexpr (T > 1)
-    if (n > 0) token_groups<Tile, R, T - 1>(w, row_bytes, cols, x, n, y, ldy);
-}
-
-// token_groups over `rows` rows (a multiple of R) at once: each group of T tokens passes over
-// every R-row tile of them before the next group.
-template <class Tile, int R, int T>
-void token_groups_rows(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const Q8Activations* x, int n,
-                       float* y, int64_t ldy) {
+void token_groups(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const Q8Activations* x, int n,
+                  float* y, int64_t ldy) {
   for (; n >= T; n -= T, x += T, y += T * ldy)
     for (int64_t r = 0; r < rows; r += R) Tile::template run<R, T>(w + r * row_bytes, row_bytes, cols, x, y + r, ldy);
   if constexpr (T > 1)
-    if (n > 0) token_groups_rows<Tile, R, T - 1>(w, row_bytes, rows, cols, x, n, y, ldy);
+    if (n > 0) token_groups<Tile, R, T - 1>(w, row_bytes, rows, cols, x, n, y, ldy);
 }
 
 // Several tokens go through the rows in blocks of about kRowBlockBytes of weights: every token
@@ -175,12 +166,12 @@ void matmul_tiled(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t
     const int64_t block = std::max<int64_t>(R, int64_t(kRowBlockBytes / row_bytes) / R * R);
     while (r + R <= row_end) {
       const int64_t rows = std::min(block, (row_end - r) / R * R);
-      token_groups_rows<Tile, R, Tile::kTokens>(w + r * row_bytes, row_bytes, rows, cols, x, n, y + (r - row_begin), ldy);
+      token_groups<Tile, R, Tile::kTokens>(w + r * row_bytes, row_bytes, rows, cols, x, n, y + (r - row_begin), ldy);
       r += rows;
     }
   }
-  for (; r < row_end; ++r)
-    token_groups<Tile, 1, Tile::kTokens>(w + r * row_bytes, row_bytes, cols, x, n, y + (r - row_begin), ldy);
+  if (r < row_end)
+    token_groups<Tile, 1, Tile::kTokens>(w + r * row_bytes, row_bytes, row_end - r, cols, x, n, y + (r - row_begin), ldy);
 }
 
 // The 8 sub-block scales and 8 mins of a Q4_K block's 12 packed bytes (q4_k_scale_min's
