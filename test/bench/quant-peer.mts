@@ -37,25 +37,28 @@ for (const [shape, quant] of cases) {
   const file = join(cache, `random-${shape}-${quant}.gguf`);
   if (!existsSync(file)) writeRandomGguf(file, shape, quant, join(root, 'engine', 'models', 'runahead-coder'));
   const peer = await LlamaCppPeer.open(entry, file, { threads, contextSize: ctx + tokens + 8, gpu: false });
-  const ours: { decode: number[]; prefill: number[]; bound: number; bandwidth: number; bytes: number; simd: string } = { decode: [], prefill: [], bound: 0, bandwidth: 0, bytes: 0, simd: '' };
-  const theirs: { decode: number[]; prefill: number[] } = { decode: [], prefill: [] };
+  // Per round: ours and llama.cpp's decode, and the bound of that round's own bandwidth sweep.
+  // A shared host's bandwidth moves between rounds (35 and 68 GB/s minutes apart have been seen),
+  // so each round's decode is set against its own bound and the peer's decode of that round.
+  const rows: { decode: number; bound: number; bandwidth: number; prefill: number; peerDecode: number; peerPrefill: number }[] = [];
+  let bytes = 0;
+  let simd = '';
   for (let r = 0; r < rounds; r++) {
     const report = JSON.parse(execFileSync(engine, ['bench', '--model', file, '--ctx', String(ctx), '--tokens', String(tokens), '--threads', String(threads), '--json'], { encoding: 'utf8', maxBuffer: 1 << 24 }));
-    ours.decode.push(report.decode_ms_per_token);
-    ours.prefill.push(report.prefill_tokens_per_s);
-    // The strictest bound of the rounds: the fastest sweep this shared machine gave.
-    if (!ours.bound || report.bound_ms_per_token < ours.bound)
-      Object.assign(ours, { bound: report.bound_ms_per_token, bandwidth: report.read_bandwidth_gb_s });
-    Object.assign(ours, { bytes: report.weight_bytes, simd: report.optimizations?.quantized_simd ?? report.simd });
+    bytes = report.weight_bytes;
+    simd = report.optimizations?.quantized_simd ?? report.simd;
     const run = await peer.generate(prompt, tokens, []);
-    theirs.decode.push(run.decode_ms_per_token);
-    theirs.prefill.push((1000 * run.prompt_tokens) / run.prefill_ms);
+    rows.push({
+      decode: report.decode_ms_per_token, bound: report.bound_ms_per_token, bandwidth: report.read_bandwidth_gb_s,
+      prefill: report.prefill_tokens_per_s, peerDecode: run.decode_ms_per_token, peerPrefill: (1000 * run.prompt_tokens) / run.prefill_ms,
+    });
   }
   await peer.close();
-  const [d, D] = [median(ours.decode), median(theirs.decode)];
-  const [p, P] = [median(ours.prefill), median(theirs.prefill)];
-  console.log(`${shape} ${quant}: ${(ours.bytes / 1e6).toFixed(0)} MB read per token, ${threads} threads, quantized kernels ${ours.simd}, ${rounds} interleaved rounds (medians)`);
-  console.log(`  decode   Runahead ${d.toFixed(1)} ms/token   llama.cpp ${D.toFixed(1)} ms/token   bound ${ours.bound.toFixed(1)} ms/token at ${ours.bandwidth.toFixed(1)} GB/s   Runahead at ${((100 * ours.bound) / d).toFixed(0)}% of the bound, ${(D / d).toFixed(2)}x llama.cpp's speed`);
-  console.log(`  prefill  Runahead ${p.toFixed(0)} tokens/s   llama.cpp ${P.toFixed(0)} tokens/s (${ctx} tokens)   ${(p / P).toFixed(2)}x`);
+  const m = (f: (row: (typeof rows)[number]) => number) => median(rows.map(f));
+  console.log(`${shape} ${quant}: ${(bytes / 1e6).toFixed(0)} MB read per token, ${threads} threads, quantized kernels ${simd}, ${rounds} interleaved rounds`);
+  for (const [i, row] of rows.entries())
+    console.log(`  round ${i + 1}: decode ${row.decode.toFixed(1)} ms/token (${((100 * row.bound) / row.decode).toFixed(0)}% of ${row.bound.toFixed(1)} ms at ${row.bandwidth.toFixed(1)} GB/s), llama.cpp ${row.peerDecode.toFixed(1)} (${(row.peerDecode / row.decode).toFixed(2)}x); prefill ${row.prefill.toFixed(0)} / ${row.peerPrefill.toFixed(0)} tokens/s`);
+  console.log(`  decode   Runahead ${m((r) => r.decode).toFixed(1)} ms/token   llama.cpp ${m((r) => r.peerDecode).toFixed(1)} ms/token   medians of the rounds: ${m((r) => (100 * r.bound) / r.decode).toFixed(0)}% of the round's bound (${m((r) => r.bound).toFixed(1)} ms/token, ${m((r) => r.bandwidth).toFixed(1)} GB/s), ${m((r) => r.peerDecode / r.decode).toFixed(2)}x llama.cpp's speed`);
+  console.log(`  prefill  Runahead ${m((r) => r.prefill).toFixed(0)} tokens/s   llama.cpp ${m((r) => r.peerPrefill).toFixed(0)} tokens/s (${ctx} tokens)   ${m((r) => r.prefill / r.peerPrefill).toFixed(2)}x`);
 }
 await releaseLlamaCpp();
