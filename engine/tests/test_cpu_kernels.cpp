@@ -107,25 +107,33 @@ TEST_CASE("matmul kernels match a double reference and the portable kernel") {
   }
 }
 
-TEST_CASE("combine_rows and sum kernels match a double reference") {
+TEST_CASE("combine_rows and sum kernels match a double reference, each head the same bits whatever the heads") {
   std::mt19937 rng(3);
   for (const Kernels* kernels : available_kernels()) {
     for (int64_t d : {1, 15, 16, 17, 64, 131}) {
       for (int64_t rows : {1, 2, 29}) {
+        // 9 heads: more than any table's register tile (7), so a tile and a remainder.
+        const int heads = 9;
         INFO(std::string(kernels->simd) << " d=" << d << " rows=" << rows);
-        const int64_t ldv = d + 5;
-        std::vector<float> a = random_floats(size_t(rows), rng), v = random_floats(size_t(rows * ldv), rng);
-        std::vector<float> y(size_t(d) + 1, -7.0f);
-        kernels->combine_rows(a.data(), v.data(), ldv, rows, d, y.data());
-        for (int64_t i = 0; i < d; ++i) {
-          double ref = 0.0, magnitude = 0.0;
-          for (int64_t p = 0; p < rows; ++p) {
-            ref += double(a[p]) * v[p * ldv + i];
-            magnitude += std::fabs(double(a[p]) * v[p * ldv + i]);
+        const int64_t ldv = d + 5, lda = rows + 3, ldy = d + 2;
+        std::vector<float> a = random_floats(size_t(heads * lda), rng), v = random_floats(size_t(rows * ldv), rng);
+        std::vector<float> y(size_t(heads * ldy) + 1, -7.0f);
+        kernels->combine_rows(a.data(), lda, heads, v.data(), ldv, rows, d, y.data(), ldy);
+        for (int j = 0; j < heads; ++j) {
+          for (int64_t i = 0; i < d; ++i) {
+            double ref = 0.0, magnitude = 0.0;
+            for (int64_t p = 0; p < rows; ++p) {
+              ref += double(a[j * lda + p]) * v[p * ldv + i];
+              magnitude += std::fabs(double(a[j * lda + p]) * v[p * ldv + i]);
+            }
+            REQUIRE(std::fabs(y[j * ldy + i] - ref) <= 1e-6 * magnitude + 1e-7);
           }
-          REQUIRE(std::fabs(y[i] - ref) <= 1e-6 * magnitude + 1e-7);
+          for (int64_t i = d; i < ldy; ++i) CHECK(y[j * ldy + i] == -7.0f);  // nothing past d
+          // Alone (a thread's slice of a group may hold one head): the same bits.
+          std::vector<float> alone(size_t(d), 0.0f);
+          kernels->combine_rows(a.data() + j * lda, lda, 1, v.data(), ldv, rows, d, alone.data(), d);
+          CHECK(std::memcmp(alone.data(), y.data() + j * ldy, size_t(d) * sizeof(float)) == 0);
         }
-        CHECK(y[d] == -7.0f);
       }
       std::vector<float> x = random_floats(size_t(d * 5), rng);
       double ref = 0.0, magnitude = 0.0;
@@ -166,6 +174,26 @@ TEST_CASE("softmax and swiglu kernels match a double reference, extremes include
       for (int64_t i = 0; i < n; ++i) {
         const double ref = g0[i] / (1.0 + std::exp(-double(g0[i]))) * up[i];
         REQUIRE(std::fabs(gate[i] - ref) <= 1e-6 * std::fabs(ref) + 1e-30);
+      }
+    }
+  }
+}
+
+// The largest score sets the shift: found wherever it is (a vector lane, the scalar tail), or
+// exp of the others' distance to a smaller "max" overflows.
+TEST_CASE("softmax finds the largest score wherever it is") {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> small(-1.0f, 1.0f);
+  for (const Kernels* kernels : available_kernels()) {
+    for (int64_t n : {1, 15, 16, 17, 40, 131}) {
+      for (int64_t at : {int64_t(0), n / 2, n - 1}) {
+        INFO(std::string(kernels->simd) << " n=" << n << " at=" << at);
+        std::vector<float> s(static_cast<size_t>(n));
+        for (float& v : s) v = small(rng);
+        s[size_t(at)] = 200.0f;
+        kernels->softmax(s.data(), n, 1.0f);
+        CHECK(s[size_t(at)] == doctest::Approx(1.0f));
+        for (float v : s) CHECK(std::isfinite(v));
       }
     }
   }

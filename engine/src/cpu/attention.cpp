@@ -16,8 +16,8 @@ void Attention::run(ThreadPool& pool, const Kernels& kernels, KVCache& cache, in
   const int q_dim = shape_.heads * d, kv_dim = cache.kv_dim();
   const float scale = 1.0f / std::sqrt(float(d));
   // Work items are (token, kv head, slice of the group's heads). The heads of a group
-  // share their key reads, so a group is split only when there are too few items to
-  // keep every thread busy (a decode step on many cores).
+  // share their key and value reads, so a group is split only when there are too few items
+  // to keep every thread busy (a decode step on many cores).
   const int pairs = n * shape_.kv_heads;
   const int slices = std::min(group, (pool.size() + pairs - 1) / pairs);
   const int items = pairs * slices;
@@ -33,12 +33,10 @@ void Attention::run(ThreadPool& pool, const Kernels& kernels, KVCache& cache, in
       const float* q_heads = q + size_t(t) * q_dim + size_t(g * group + j0) * d;
       kernels.matmul_f32(cache.k(layer, 0) + g * d, kv_dim, 0, len, d, q_heads, d, heads, scores,
                          len);
-      for (int j = 0; j < heads; ++j) {
-        float* s = scores + size_t(j) * len;
-        kernels.softmax(s, len, scale);
-        kernels.combine_rows(s, cache.v(layer, 0) + g * d, kv_dim, len, d,
-                             out + size_t(t) * q_dim + size_t(g * group + j0 + j) * d);
-      }
+      for (int j = 0; j < heads; ++j) kernels.softmax(scores + size_t(j) * len, len, scale);
+      // The group's heads read each value row once, together.
+      kernels.combine_rows(scores, len, heads, cache.v(layer, 0) + g * d, kv_dim, len, d,
+                           out + size_t(t) * q_dim + size_t(g * group + j0) * d, d);
     }
   });
 }

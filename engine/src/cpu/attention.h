@@ -18,7 +18,7 @@ class Attention {
 
   // out[t, h] = sum_{s <= pos0+t} softmax_s(q[t, h] . k[s, h/g] / sqrt(d)) v[s, h/g]
   // for q, out: [n, heads * head_dim] and k, v the cache of `layer` (g = heads / kv_heads).
-  // The heads of one group read each key row once, together.
+  // The heads of one group read each key row and each value row once, together.
   void run(ThreadPool& pool, const Kernels& kernels, KVCache& cache, int layer, const float* q,
            int n, int pos0, float* out);
 

@@ -14,10 +14,12 @@ namespace runahead {
 using MatmulRowsFn = void (*)(const void* w, int64_t ldw, int64_t row_begin, int64_t row_end,
                               int64_t k, const float* x, int64_t ldx, int n, float* y,
                               int64_t ldy);
-// y[i] = sum_p a[p] * v[p, i]   for i in [0, d), p in [0, rows); v has row stride ldv.
-// (Attention's weighted sum of value rows.)
-using CombineRowsFn = void (*)(const float* a, const float* v, int64_t ldv, int64_t rows,
-                               int64_t d, float* y);
+// y[j, i] = sum_p a[j, p] * v[p, i]   for j in [0, heads), i in [0, d), p in [0, rows);
+// a: [heads, lda], v: row stride ldv, y: [heads, ldy]. (Attention's weighted sums of value
+// rows: the heads of a group read each value row once, together.) Every y[j, i] adds its
+// products in p order with the same operations whatever `heads` is.
+using CombineRowsFn = void (*)(const float* a, int64_t lda, int heads, const float* v, int64_t ldv,
+                               int64_t rows, int64_t d, float* y, int64_t ldy);
 // sum_i x[i]   for i in [0, n): a read-only sweep as fast as loads go (bandwidth probe).
 using SumFn = float (*)(const float* x, int64_t n);
 // s[i] = exp(scale (s[i] - max s)) / sum_j exp(scale (s[j] - max s))   for s: [n].

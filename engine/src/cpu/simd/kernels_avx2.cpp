@@ -12,6 +12,7 @@ struct Avx2 {
   static constexpr int decode_rows = 4;
   static constexpr int tile_rows = 4;
   static constexpr int tile_tokens = 2;  // 8 accumulators + 4 weights + 1 token of 16 registers
+  static constexpr int combine_heads = 6, combine_cols = 2;  // 6 heads x 2 vectors + 2 value vectors + 1 broadcast of 16 registers
   static constexpr int prefetch_bytes = 4096;  // ahead in the same row stream
 
   static V zero() { return _mm256_setzero_ps(); }

@@ -16,6 +16,7 @@ struct Avx512 {
   static constexpr int decode_rows = 1;  // one stream: 4 interleaved rows decoded the 0.5B bf16 shape 28% slower (Zen 5)
   static constexpr int tile_rows = 4;
   static constexpr int tile_tokens = 4;
+  static constexpr int combine_heads = 7, combine_cols = 4;  // 7 heads x 4 vectors of accumulators + 4 value vectors of 32 registers (the broadcast is the fma's memory operand)
   static constexpr int prefetch_bytes = 4096;  // ahead in the same row stream
 
   static V zero() { return _mm512_setzero_ps(); }

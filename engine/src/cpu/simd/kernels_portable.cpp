@@ -17,6 +17,7 @@ struct Portable {
   static constexpr int decode_rows = 4;
   static constexpr int tile_rows = 4;
   static constexpr int tile_tokens = 2;
+  static constexpr int combine_heads = 4, combine_cols = 2;  // a plain loop either way
   static constexpr int prefetch_bytes = 0;
 
   static V zero() { return V{}; }

@@ -96,32 +96,61 @@ void matmul_rows(const void* weights, int64_t ldw, int64_t row_begin, int64_t ro
   }
 }
 
-// y[c : c + NV * width] = sum_p a[p] v[p, c : c + NV * width], accumulated in registers.
-template <class Isa, int NV>
-inline void combine_columns(const float* a, const float* v, int64_t ldv, int64_t rows, int64_t c,
-                            float* y) {
-  typename Isa::V acc[NV];
+// y[j, c : c + C * width] = sum_p a[j, p] v[p, c : c + C * width] for H heads, accumulated in
+// registers: each value vector loaded once for the H heads.
+template <class Isa, int H, int C>
+inline void combine_tile(const float* a, int64_t lda, const float* v, int64_t ldv, int64_t rows, int64_t c,
+                         float* y, int64_t ldy) {
+  using V = typename Isa::V;
+  V acc[H][C];
 #pragma GCC unroll 8
-  for (int j = 0; j < NV; ++j) acc[j] = Isa::zero();
+  for (int j = 0; j < H; ++j)
+#pragma GCC unroll 8
+    for (int i = 0; i < C; ++i) acc[j][i] = Isa::zero();
   for (int64_t p = 0; p < rows; ++p) {
-    const typename Isa::V ap = Isa::set1(a[p]);
+    V vp[C];
 #pragma GCC unroll 8
-    for (int j = 0; j < NV; ++j) acc[j] = Isa::fma(ap, Isa::load(v + p * ldv + c + j * Isa::width), acc[j]);
+    for (int i = 0; i < C; ++i) vp[i] = Isa::load(v + p * ldv + c + i * Isa::width);
+#pragma GCC unroll 8
+    for (int j = 0; j < H; ++j) {
+      const V ap = Isa::set1(a[j * lda + p]);
+#pragma GCC unroll 8
+      for (int i = 0; i < C; ++i) acc[j][i] = Isa::fma(ap, vp[i], acc[j][i]);
+    }
   }
 #pragma GCC unroll 8
-  for (int j = 0; j < NV; ++j) Isa::store(y + c + j * Isa::width, acc[j]);
+  for (int j = 0; j < H; ++j)
+#pragma GCC unroll 8
+    for (int i = 0; i < C; ++i) Isa::store(y + j * ldy + c + i * Isa::width, acc[j][i]);
+}
+
+// combine_tile<H, C> with the head count known only at run time (1 <= heads <= H).
+template <class Isa, int H, int C>
+inline void combine_heads(int heads, const float* a, int64_t lda, const float* v, int64_t ldv, int64_t rows,
+                          int64_t c, float* y, int64_t ldy) {
+  if constexpr (H > 1) {
+    if (heads < H) return combine_heads<Isa, H - 1, C>(heads, a, lda, v, ldv, rows, c, y, ldy);
+  }
+  combine_tile<Isa, H, C>(a, lda, v, ldv, rows, c, y, ldy);
 }
 
 template <class Isa>
-void combine_rows(const float* a, const float* v, int64_t ldv, int64_t rows, int64_t d, float* y) {
-  constexpr int kWide = 4;
-  int64_t c = 0;
-  for (; c + kWide * Isa::width <= d; c += kWide * Isa::width) combine_columns<Isa, kWide>(a, v, ldv, rows, c, y);
-  for (; c + Isa::width <= d; c += Isa::width) combine_columns<Isa, 1>(a, v, ldv, rows, c, y);
-  for (; c < d; ++c) {
-    float s = 0.0f;
-    for (int64_t p = 0; p < rows; ++p) s += a[p] * v[p * ldv + c];
-    y[c] = s;
+void combine_rows(const float* a, int64_t lda, int heads, const float* v, int64_t ldv, int64_t rows, int64_t d,
+                  float* y, int64_t ldy) {
+  constexpr int H = Isa::combine_heads, C = Isa::combine_cols;
+  for (int j0 = 0; j0 < heads; j0 += H) {
+    const int h = std::min(H, heads - j0);
+    const float* aj = a + j0 * lda;
+    float* yj = y + j0 * ldy;
+    int64_t c = 0;
+    for (; c + C * Isa::width <= d; c += C * Isa::width) combine_heads<Isa, H, C>(h, aj, lda, v, ldv, rows, c, yj, ldy);
+    for (; c + Isa::width <= d; c += Isa::width) combine_heads<Isa, H, 1>(h, aj, lda, v, ldv, rows, c, yj, ldy);
+    for (int j = 0; j < h; ++j)
+      for (int64_t i = c; i < d; ++i) {
+        float s = 0.0f;
+        for (int64_t p = 0; p < rows; ++p) s += aj[j * lda + p] * v[p * ldv + i];
+        yj[j * ldy + i] = s;
+      }
   }
 }
 
