@@ -391,11 +391,12 @@ std::vector<Q8Activations> normal_activations(int n, int64_t cols, uint64_t seed
   return xq;
 }
 
-// Several tokens go through a thread's rows in blocks of ~256 KB of weights (matmul_tiled), each
-// token group over a block before the next: with rows spanning several blocks and a row range
-// that starts and ends inside them, every (row, token) is still its single-token result.
-TEST_CASE("quant: multi-token rows spanning several weight blocks give each token its single-token result") {
-  const int64_t rows = 403, cols = 4096, n = 9;  // Q8_0: 4352-byte rows, ~7 blocks; Q4_K: ~4
+// Several tokens go through a call's rows a token group at a time, each group over every row
+// tile before the next (matmul_tiled): with many rows (1.7 MB of Q8_0, past a caller's 64 KB
+// tiles) and a row range that starts inside a row tile, every (row, token) is still its
+// single-token result.
+TEST_CASE("quant: multi-token rows over many row tiles give each token its single-token result") {
+  const int64_t rows = 403, cols = 4096, n = 9;  // Q8_0: 4352-byte rows; Q4_K: 2304
   for (QuantType t : {QuantType::Q8_0, QuantType::Q4_K}) {
     const auto q = quantize(t, weights(rows * cols, 17), rows, cols);
     const size_t row_bytes = quant_row_bytes(t, cols);

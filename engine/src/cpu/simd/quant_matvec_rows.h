@@ -143,32 +143,26 @@ void token_groups(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols
     if (n > 0) token_groups<Tile, R, T - 1>(w, row_bytes, rows, cols, x, n, y, ldy);
 }
 
-// Several tokens go through the rows in blocks of about kRowBlockBytes of weights: every token
-// group passes over a block's row tiles (its weights stay in L2) before the next block, so the
-// tokens' int8 activations stream once a block rather than once a row tile (a 512-token prefill
-// holds 2.8 MB of them for the 0.5B's down, past L2).
-constexpr size_t kRowBlockBytes = 256 * 1024;
-
 // A QuantMatmulRowsFn from a register tile: Tile::kRows rows by Tile::kTokens tokens at a time,
 // single rows for the remainder. One token (decode) goes row by row, every format: one row is
 // one sequential stream. Interleaved rows are as many streams too short for the hardware
 // prefetcher: a 96-141 MB Q4_K/Q6_K matrix streamed 1.2-1.6x faster on one thread as single
 // rows than as two interleaved ones, and on a 2-core Zen 5 the Q8_0 tiles' 4 rows (AVX-512) or
 // 2 (AVX2) decoded the 0.5B shape at 33-41 ms/token on one thread where single rows take 21-30.
-// Each (row, token) is computed by the same tile whatever the blocking: the results do not
-// depend on it.
+// Several tokens: every token group passes over all the row tiles before the next group, so the
+// rows' weights (the caller's tile: matmul_quant_rows hands ~64 KB, which stay in L2) are read
+// once a group from L2 and the tokens' int8 activations stream once a call rather than once a
+// row tile (a 512-token prefill holds 2.8 MB of them for the 0.5B's down, past L2). Each (row,
+// token) is computed by the same tile whatever the grouping: the results do not depend on it.
 template <class Tile>
 void matmul_tiled(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
                   const Q8Activations* x, int n, float* y, int64_t ldy) {
   constexpr int R = Tile::kRows;
   int64_t r = row_begin;
   if (n > 1) {
-    const int64_t block = std::max<int64_t>(R, int64_t(kRowBlockBytes / row_bytes) / R * R);
-    while (r + R <= row_end) {
-      const int64_t rows = std::min(block, (row_end - r) / R * R);
-      token_groups<Tile, R, Tile::kTokens>(w + r * row_bytes, row_bytes, rows, cols, x, n, y + (r - row_begin), ldy);
-      r += rows;
-    }
+    const int64_t rows = (row_end - r) / R * R;
+    token_groups<Tile, R, Tile::kTokens>(w + r * row_bytes, row_bytes, rows, cols, x, n, y, ldy);
+    r += rows;
   }
   if (r < row_end)
     token_groups<Tile, 1, Tile::kTokens>(w + r * row_bytes, row_bytes, row_end - r, cols, x, n, y + (r - row_begin), ldy);
