@@ -169,12 +169,22 @@ TEST_CASE("cuda ops: rmsnorm_qkv_rope_append, attention, residual, gate_up_swigl
 
     // Attention over the cache as the projection left it, decode and prefill kernels.
     // Each split count merged through global memory, and in a cluster where one runs.
-    for (const auto& [splits, cluster] : {std::pair{1, false}, {3, false}, {16, false}, {3, true}, {16, true}}) {
+    // In a cluster: the partials loaded from the other blocks, or pushed into block 0 (with 8 or
+    // 12 positions a lane in flight).
+    struct Merge {
+      int splits;
+      bool cluster;
+      int push;
+    };
+    for (const auto& [splits, cluster, push] : {Merge{1, false, 0}, {3, false, 0}, {16, false, 0}, {3, true, 0},
+                                                 {16, true, 0}, {3, true, 1}, {16, true, 1}, {16, true, 12}}) {
       CAPTURE(splits);
       CAPTURE(cluster);
+      CAPTURE(push);
       if (cluster && !rings_run_here()) continue;  // clusters: Hopper on
       if (cluster) REQUIRE(attention_cluster_fits(splits));
-      const AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, cluster, dk, dv);
+      AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, cluster, dk, dv);
+      run.att.push = push;
       const DecodeAttention& att = run.att;
       DeviceBuffer dout(size_t(n) * qd * 4);
       const std::vector<double> ref = attention_refs(q, k_after, v_after, heads, kv_heads, hd, n, p0);
@@ -262,13 +272,21 @@ TEST_CASE("cuda ops: decode attention over long contexts with grouped query head
        v = random_floats(size_t(cap) * kvd, rng);
   DeviceBuffer dq = to_device(q), dk = to_device(k), dv = to_device(v), dpos = to_device(std::vector<int>{p0});
   const std::vector<double> ref = attention_refs(q, k, v, heads, kv_heads, hd, n, p0);
-  for (const auto& [splits, cluster] : {std::pair{1, false}, {5, false}, {32, false}, {5, true}, {16, true}}) {
+  struct Merge {
+    int splits;
+    bool cluster;
+    int push;  // DecodeAttention::push
+  };
+  for (const auto& [splits, cluster, push] : {Merge{1, false, 0}, {5, false, 0}, {32, false, 0}, {5, true, 0},
+                                               {16, true, 0}, {5, true, 1}, {16, true, 1}, {5, true, 12}}) {
     CAPTURE(splits);
     CAPTURE(cluster);
+    CAPTURE(push);
     if (cluster && !rings_run_here()) continue;
     if (cluster) REQUIRE(attention_cluster_fits(splits));
     AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, cluster, dk, dv);
     DecodeAttention& att = run.att;
+    att.push = push;
     DeviceBuffer dout(size_t(n) * qd * 4), q8(size_t(n) * qd), d8(size_t(n) * qd / 32 * 4), q8_ref(size_t(n) * qd),
         d8_ref(size_t(n) * qd / 32 * 4);
     att.q8 = Q8Scratch{q8.get<int8_t>(), d8.get<float>()};

@@ -16,18 +16,13 @@ namespace runahead::cuda {
 namespace {
 
 constexpr int kMaxHeadDim = 128;
-constexpr int kBatch = 8;
+constexpr int kDefaultBatch = 8;
 
 // The cluster's barrier (every thread of every block arrives; release/acquire orders the
 // shared-memory writes before it with the reads after it), this block's rank in it, and a
 // float of block `rank`'s shared memory at the address of `p` in this one.
 __device__ __forceinline__ void cluster_sync() {
   RUNAHEAD_SM90(asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;" ::: "memory"));
-}
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r = 0;
-  RUNAHEAD_SM90(asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)));
-  return r;
 }
 __device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
   float v = 0.0f;
@@ -36,6 +31,30 @@ __device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
                              : "r"(smem_address(p)), "r"(rank)
                              : "memory"));
   return v;
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r = 0;
+  RUNAHEAD_SM90(asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)));
+  return r;
+}
+// The cluster's barrier in halves: arrive (release: this thread's shared-memory writes, its
+// own and other blocks', are ordered before what follows the others' wait; relaxed: nothing
+// ordered), then wait (acquire).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  RUNAHEAD_SM90(asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"));
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+  RUNAHEAD_SM90(asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"));
+}
+__device__ __forceinline__ void cluster_wait() {
+  RUNAHEAD_SM90(asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"));
+}
+// v into the float of block `rank`'s shared memory at the address of `p` in this one.
+__device__ __forceinline__ void cluster_store(float* p, unsigned rank, float v) {
+  RUNAHEAD_SM90(asm volatile("{\n .reg .u32 a;\n mapa.shared::cluster.u32 a, %0, %1;\n st.shared::cluster.f32 [a], %2;\n}"
+                             :
+                             : "r"(smem_address(p)), "r"(rank), "f"(v)
+                             : "memory"));
 }
 
 // grid (splits, heads, n); block kThreads; kCluster: the splits of a (token, head) are one
@@ -47,15 +66,25 @@ __device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
 // once. The cache rows before *pos were written by earlier steps, so the first round of them
 // is loaded before pdl_wait, beside the previous kernel (q/k/v, which appends this step's
 // rows); the rows from *pos on are loaded after it.
-template <int kThreads, bool kCluster>
+// kPush (with kCluster): each block stores its partial into the cluster's block 0 and leaves
+// after one barrier arrival; block 0 waits once and merges from its own shared memory (else
+// every block keeps its partial, all meet at a barrier, block 0 loads the others' partials,
+// and all meet again so that they stay until it has).
+template <int kThreads, bool kCluster, bool kPush = false, int kBatch = kDefaultBatch>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttention a, const float* q,
                                                                    const int* pos, float* out) {
   static_assert(kThreads >= kMaxHeadDim, "the merge gives each thread at most one dimension of the head");
   __shared__ float4 group_acc[kThreads];       // [groups][cols]: group g's acc, dimension g * head_dim + d as floats
   __shared__ float group_m[kThreads], group_l[kThreads];
-  __shared__ float mine[kCluster ? 2 + kMaxHeadDim : 1];  // kCluster: this split's m, l and values
+  constexpr bool kPushed = kCluster && kPush, kPulled = kCluster && !kPush;
+  __shared__ float mine[kPulled ? 2 + kMaxHeadDim : 1];  // this split's m, l and values
+  // in the cluster's block 0, every split's m, l and values, which each block stores there
+  __shared__ float gathered[kPushed ? kMaxAttentionCluster * (2 + kMaxHeadDim) : 1];
   __shared__ float weight[kWarp];
   __shared__ bool last;
+  // Every block of the cluster has started once this barrier's first phase is complete (waited
+  // for before the first store into block 0's shared memory); arrived at here, it costs no wait.
+  if constexpr (kPushed) cluster_arrive_relaxed();
   const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z, S = gridDim.x;
   const int hd = a.head_dim, kv_dim = a.kv_heads * hd, kv = h / (a.heads / a.kv_heads);
   const float scale = rsqrtf(float(hd));
@@ -136,26 +165,41 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   const auto group_weight = [&](int g) { return group_m[g] == -INFINITY ? 0.0f : expf((group_m[g] - M) * scale); };
   // Split s's partial in global memory (without a cluster).
   const auto slot = [&](int s) { return a.partial + ((size_t(t) * a.heads + h) * S + s) * (size_t(hd) + 2); };
-  float* part = kCluster ? mine : slot(split);
+  if constexpr (kPushed) cluster_wait();  // every block has started: block 0's shared memory is there
+  const auto put = [&](int at, float v) {
+    if constexpr (kPushed)
+      cluster_store(gathered + split * (hd + 2) + at, 0u, v);
+    else if constexpr (kPulled)
+      mine[at] = v;
+    else
+      slot(split)[at] = v;
+  };
   const int d = threadIdx.x;
   if (d < hd) {
     const float* accs = reinterpret_cast<const float*>(group_acc);
     float total = 0.0f;
     for (int g = 0; g < groups; ++g) total = fmaf(group_weight(g), accs[g * hd + d], total);
-    part[2 + d] = total;
+    put(2 + d, total);
   }
   if (threadIdx.x == 0) {
     float L = 0.0f;
     for (int g = 0; g < groups; ++g) L = fmaf(group_weight(g), group_l[g], L);
-    part[0] = M;
-    part[1] = L;
+    put(0, M);
+    put(1, L);
   }
 
-  // Every split's values, m and l, loaded at once: from the cluster's blocks, or (the last
-  // block of this (token, head) to finish) from global memory.
+  // Every split's values, m and l, loaded at once: in the cluster's block 0 (pushed: once every
+  // block has stored its own there, the others leaving, since nothing reads their shared
+  // memory; pulled: from the other blocks' shared memory), or (the last block of this (token,
+  // head) to finish) from global memory.
   int* counter = a.counters + size_t(t) * a.heads + h;
   bool merges;
-  if constexpr (kCluster) {
+  if constexpr (kPushed) {
+    cluster_arrive_release();
+    merges = cluster_rank() == 0;
+    if (!merges) return;
+    cluster_wait();
+  } else if constexpr (kPulled) {
     cluster_sync();
     merges = cluster_rank() == 0;
   } else {
@@ -167,7 +211,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
     if (merges) __threadfence();
   }
   const auto partial = [&](int s, int at) {
-    if constexpr (kCluster)
+    if constexpr (kPushed)
+      return gathered[s * (hd + 2) + at];
+    else if constexpr (kPulled)
       return cluster_load(mine + at, unsigned(s));
     else
       return __ldcg(slot(s) + at);
@@ -187,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
       weight[s] = w / den;
     }
   }
-  if constexpr (kCluster) cluster_sync();  // the other blocks' shared memory stays until it is read
+  if constexpr (kPulled) cluster_sync();  // the other blocks' shared memory stays until it is read
   if (!merges) return;
   __syncthreads();
   if (d >= hd) return;  // whole warps (head_dim a multiple of 32 when quantizing)
@@ -217,19 +263,21 @@ int forced_threads() {
 }
 // The cluster kernel, allowed (once) clusters of up to kMaxAttentionCluster blocks, past the
 // portable 8.
-template <int kThreads> auto cluster_kernel() {
-  const auto kernel = attention_decode_kernel<kThreads, true>;
+template <int kThreads, bool kPush, int kBatch = kDefaultBatch> auto cluster_kernel() {
+  const auto kernel = attention_decode_kernel<kThreads, true, kPush, kBatch>;
   static const bool allowed = (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                                           "cudaFuncSetAttribute(attention cluster)"),
                                true);
   (void)allowed;
   return kernel;
 }
-
 // The splits of a (token, head) are consecutive blocks along x: one cluster with kCluster.
 template <int kThreads, bool kCluster> void launch(const DecodeAttention& a, const float* q, int n, const int* pos,
                                                    float* out, cudaStream_t stream) {
-  const auto kernel = kCluster ? cluster_kernel<kThreads>() : attention_decode_kernel<kThreads, false>;
+  const auto kernel = !kCluster            ? attention_decode_kernel<kThreads, false>
+                      : a.push == 12 ? cluster_kernel<kThreads, true, 12>()
+                      : a.push == 1  ? cluster_kernel<kThreads, true>()
+                                     : cluster_kernel<kThreads, false>();
   launch_pdl_clusters(kCluster ? unsigned(a.splits) : 0u, kernel, dim3(a.splits, a.heads, n), dim3(kThreads), 0,
                       stream, a, q, pos, out);
 }
@@ -269,7 +317,7 @@ bool attention_cluster_fits(int splits) {
   config.attrs = &attr;
   config.numAttrs = 1;
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, cluster_kernel<256>(), &config) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, cluster_kernel<256, false>(), &config) != cudaSuccess) {
     cudaGetLastError();  // not a sticky error: the splits merge through global memory
     return false;
   }

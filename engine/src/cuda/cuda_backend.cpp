@@ -236,8 +236,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"split_k_decode_attention", attention_.splits},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
+              {"down_inputs_quantized_by_gate_up", down_q8_ && (any_layer_of(DType::Q4_K, gate_up_ring) ||
+                                                                     any_layer_of(DType::Q8_0, gate_up_ring))},
               {"kquant_gate_up_ring", any_layer_of(DType::Q4_K, gate_up_ring)},
-              {"kquant_o_proj_down_ring", layer_dtype_ == DType::Q4_K && residual_ring_ != KqRing::Off && rings_run_here()},
+              {"kquant_o_proj_down_ring", any_layer_of(DType::Q4_K, [&](int l) { return residual_rings(l); })},
               {"kquant_qkv_ring", any_layer_of(DType::Q4_K, qkv_ring)},
               // Q8_0 layers through the same rings (rows of a multiple of 256 weights)
               {"q8_0_gate_up_ring", any_layer_of(DType::Q8_0, gate_up_ring)},
@@ -599,6 +601,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     if (const char* splits = std::getenv("RUNAHEAD_CUDA_ATTENTION_SPLITS"))
       attention_.splits = std::clamp(std::atoi(splits), 1, 32);
     attention_.cluster = try_cluster && attention_cluster_fits(attention_.splits);
+    // RUNAHEAD_CUDA_ATTENTION_PUSH=1|12: the splits push their partials into the cluster's block 0
+    // (DecodeAttention::push; not yet measured on a GPU, so not the default).
+    const char* push = std::getenv("RUNAHEAD_CUDA_ATTENTION_PUSH");
+    attention_.push = !push ? 0 : std::string(push) == "1" ? 1 : std::string(push) == "12" ? 12 : 0;
     attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
     attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
     check_cuda(cudaMemset(attention_counters_.get(), 0, attention_counters_.bytes()), "cudaMemset");
@@ -628,8 +634,14 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     }
     // o_proj's int8 inputs written by attention's merge instead of by a launch of their own;
     // RUNAHEAD_CUDA_FUSED_Q8=0 keeps the launch, to measure what this gains.
+    // RUNAHEAD_CUDA_GATE_UP_Q8=1 (with it): one token's down inputs written by gate/up's ring
+    // where it runs (not yet measured on a GPU, so not the default).
     const char* fused = std::getenv("RUNAHEAD_CUDA_FUSED_Q8");
     attention_q8_ = reads_int8(layer_dtype_) && hd % 32 == 0 && !(fused && std::string(fused) == "0");
+    const char* gate_up_q8 = std::getenv("RUNAHEAD_CUDA_GATE_UP_Q8");
+    down_q8_ = attention_q8_ && gate_up_q8 && std::string(gate_up_q8) == "1";
+    gate_up_counters_ = DeviceBuffer(size_t(I / 32 + 1) * sizeof(int));
+    check_cuda(cudaMemset(gate_up_counters_.get(), 0, gate_up_counters_.bytes()), "cudaMemset");
     // One token's K-quant gate/up, and o_proj and down, through a ring of bulk copies where the
     // shape gains from it (kernels.h KqRing), and Q8_0's o_proj, down and q/k/v; each switch: =0
     // never, =force wherever it can run (to measure and test it).
@@ -903,11 +915,18 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   void enqueue_attention(int l, int n) {
     attention_decode(attention_args(l), q_.get<float>(), n, pos_d_.get<int>(), att_.get<float>(), stream_);
   }
+  // Down's int8 inputs written by gate/up's ring where it runs (with attention_q8_'s switch).
+  DownInputs down_inputs() const {
+    if (!down_q8_) return {};
+    const Q8Scratch q8 = q8_inputs();
+    return DownInputs{q8.q, q8.d, q8.planar, gate_up_counters_.get<int>()};
+  }
   void enqueue_gate_up(int l, int n) {
     const DeviceLayer& d = layers_[l];
-    rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
-                           c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
-                           act_.get<float>(), q8_inputs(), sms_, stream_, gate_up_ring_);
+    down_quantized_ = rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
+                                             c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
+                                             act_.get<float>(), q8_inputs(), sms_, stream_, gate_up_ring_,
+                                             n == 1 ? down_inputs() : DownInputs{});
   }
   // Whether layer l's o_proj and down both go through the bulk-copy ring.
   bool residual_rings(int l) const {
@@ -922,13 +941,15 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   void enqueue_matmul_residual(int l, Role role, const float* in, int n) {
     const Tensor& w = w_->layers[l][role];
     const bool from_attention = attention_q8_ && in == att_.get<float>();
+    const bool from_gate_up = down_quantized_ && in == act_.get<float>();
+    down_quantized_ = false;
     // Down reads its inputs pair-planar (7B Q4_K_M down 653 -> 635 us a step); o_proj a chunk a
     // lane, as attention's merge writes them: the same bits whether it or a launch quantizes.
     Q8Scratch q8 = q8_inputs();
     if (role != Role::WDown) q8.planar = nullptr;
     matvec_residual_add(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
-                        int(w.cols()), in, n, x_.get<float>(), q8, sms_, stream_, from_attention, residual_ring_,
-                        residual_tuning_);
+                        int(w.cols()), in, n, x_.get<float>(), q8, sms_, stream_, from_attention || from_gate_up,
+                        residual_ring_, residual_tuning_);
   }
 
   float* buffer(Buffer b) const {
@@ -1218,6 +1239,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer attention_partial_, attention_counters_, sampling_d_;
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
+  bool down_q8_ = false;  // allocate(): down's inputs quantized by gate/up's ring where it runs
+  bool down_quantized_ = false;  // the last gate/up enqueued wrote down's int8 inputs
+  DeviceBuffer gate_up_counters_;  // DownInputs::counters
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring
   KqRing residual_ring_ = KqRing::Auto;  // allocate(): the same for o_proj and down
   RingTuning residual_tuning_;            // allocate(): their ring's shape (0s: its rule)

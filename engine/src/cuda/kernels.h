@@ -115,6 +115,10 @@ constexpr int kMaxAttentionCluster = 16;  // blocks of a cluster (beyond the por
 struct DecodeAttention {
   int heads = 0, kv_heads = 0, head_dim = 0, capacity = 0, splits = 0;
   bool cluster = false;
+  // With `cluster`: 0, block 0 loads the other splits' partials from their shared memory (two
+  // cluster barriers); 1, each split stores its partial into block 0's and leaves (one); 12, that
+  // with 12 positions a lane in flight rather than 8.
+  int push = 0;
   const float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
   const float* v_cache = nullptr;
   float* partial = nullptr;  // attention_partial_floats(...)
@@ -136,7 +140,8 @@ void attention_decode(const DecodeAttention& a, const float* q, int n, const int
 // ([rows, K / 32]; the matrix itself is then its int8 weights, [rows, K]: q8_0.cu), a K-quant
 // matrix's Q6_K rows (dtype Q4_K; the matrix itself is its Q4_K rows: kquant.cuh), else null.
 // `q8`: a Q8_0 or K-quant matrix's quantized inputs (here and below); `quantized`: q8 already
-// holds `in` quantized (written by the op before), else this quantizes it first.
+// holds `in` quantized (written by the op before; with its pair-planar copy where q8.planar is
+// set and one token's Q4_K rows read it), else this quantizes it first.
 // `tuning`: the ring's warps a row (1, 2, 4, 8: wherever two stages of it fit) and whether it
 // goes as for long matrices (1 yes, -1 no: matvec_residual.cu residual_ring), and the long
 // matrices' stages at most, to measure; 0: its rule.
@@ -155,9 +160,20 @@ bool residual_ring_applies(const void* w, DType dtype, const void* scale, int ro
 
 // gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
 // u = ... . Wu[j]   w_gate_up: [2I, H], Wg its first I rows, Wu the rest; x: [n, H], act: [n, I]
-void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
+// `down` (q set; I a multiple of 32): where one token goes through the ring, act is also
+// written quantized per 32 into down.q / down.d as quantize_inputs_q8 would (the same bits),
+// with its pair-planar copy where down.planar is set, so down's matvec_residual_add takes it as
+// `quantized`; `counters`: I / 32 ints, zero before the first launch (each launch leaves them
+// zero). Returns whether it wrote them.
+struct DownInputs {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+  int8_t* planar = nullptr;
+  int* counters = nullptr;
+};
+bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
-                            cudaStream_t stream, KqRing ring = KqRing::Auto);
+                            cudaStream_t stream, KqRing ring = KqRing::Auto, const DownInputs& down = {});
 bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first

@@ -14,6 +14,7 @@
 // another order. Q8_0 rows (as the device keeps them, common.cuh Q8Weight) are copied as a
 // run's int8 weights and then its f16 scales, and summed by q8_0_dot_rows.
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/common.cuh"
@@ -73,9 +74,17 @@ __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %
 // Loaded in the epilogue instead, the 7B's down waited on those loads (ncu: long scoreboard 4.4
 // stalls an issue), and with several warps a row its next tile's barrier waited with it.
 // kSplit: whether s.split may be more than 1 (else it is 1, and each warp sums whole rows).
-template <RingRows kRows, int P, bool kSplit = false, class Inputs, class Epilogue, class Preload = NoPreload>
+// after_tile(first, i) runs in every consumer thread once the epilogues of this block's i-th
+// tile (run 0 from row `first`) have run, after a barrier of the consumer warps (so their writes
+// happened before it); none and no barrier without one.
+struct NoAfterTile {
+  __device__ void operator()(int, int) const {}
+};
+template <RingRows kRows, int P, bool kSplit = false, class Inputs, class Epilogue, class Preload = NoPreload,
+          class AfterTile = NoAfterTile>
 __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* smem, Inputs inputs, Epilogue epilogue,
-                                          Preload preload = {}) {
+                                          Preload preload = {}, AfterTile after_tile = {}) {
+  constexpr bool kAfterTile = !std::is_same_v<AfterTile, NoAfterTile>;
   static_assert(P <= kPreloads, "a residual's preload leaves a float a run");
   __shared__ uint64_t full[kRingMaxStages], empty[kRingMaxStages];
   unsigned char* ring = smem + s.staged_bytes;
@@ -180,19 +189,23 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     if (lane == 0 && RUNAHEAD_RING_DIAG != 2) mbarrier_arrive(&empty[stage]);
     if (split == 1) {
       if (lane == 0) epilogue(t.first + warp, sum, pre);
-      continue;
+    } else {
+      // The parts of this tile's units meet in `parts`; a slot is written again two tiles on,
+      // after every consumer has passed the next tile's barrier (so after its reader read it).
+      if (lane == 0)
+#pragma unroll
+        for (int p = 0; p < P; ++p) parts[i & 1][warp][p] = sum[p];
+      consumer_barrier();
+      if (part == 0 && lane == 0) {
+        for (int q = 1; q < split; ++q)
+#pragma unroll
+          for (int p = 0; p < P; ++p) sum[p] += parts[i & 1][warp + q][p];
+        epilogue(t.first + unit, sum, pre);
+      }
     }
-    // The parts of this tile's units meet in `parts`; a slot is written again two tiles on,
-    // after every consumer has passed the next tile's barrier (so after its reader read it).
-    if (lane == 0)
-#pragma unroll
-      for (int p = 0; p < P; ++p) parts[i & 1][warp][p] = sum[p];
-    consumer_barrier();
-    if (part == 0 && lane == 0) {
-      for (int q = 1; q < split; ++q)
-#pragma unroll
-        for (int p = 0; p < P; ++p) sum[p] += parts[i & 1][warp + q][p];
-      epilogue(t.first + unit, sum, pre);
+    if constexpr (kAfterTile) {
+      consumer_barrier();
+      after_tile(t.first, i);
     }
   }
 }

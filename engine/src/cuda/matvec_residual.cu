@@ -115,8 +115,8 @@ bool residual_ring_applies(const void* w, DType dtype, const void* scale, int ro
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized, KqRing ring,
                          RingTuning tuning) {
-  // One token's Q4_K rows read the inputs pair-planar where this op quantizes them.
-  const Q8Scratch own{q8.q, q8.d, dtype == DType::Q4_K && n == 1 && !quantized ? q8.planar : nullptr};
+  // One token's Q4_K rows read the inputs pair-planar where the caller gives the copy's place.
+  const Q8Scratch own{q8.q, q8.d, dtype == DType::Q4_K && n == 1 ? q8.planar : nullptr};
   const Q8Inputs inputs{q8.q, q8.d, K, own.planar};
   if (const RingShape shape = n == 1 ? residual_ring_of(w, dtype, scale, rows, K, ring, tuning) : RingShape{};
       shape.stages > 0) {
