@@ -236,8 +236,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"split_k_decode_attention", attention_.splits},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
-              {"down_inputs_quantized_by_gate_up", down_q8_ && (any_layer_of(DType::Q4_K, gate_up_ring) ||
-                                                                     any_layer_of(DType::Q8_0, gate_up_ring))},
+              {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
               {"kquant_gate_up_ring", any_layer_of(DType::Q4_K, gate_up_ring)},
               {"kquant_o_proj_down_ring", any_layer_of(DType::Q4_K, [&](int l) { return residual_rings(l); })},
               {"kquant_qkv_ring", any_layer_of(DType::Q4_K, qkv_ring)},
@@ -640,8 +639,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     attention_q8_ = reads_int8(layer_dtype_) && hd % 32 == 0 && !(fused && std::string(fused) == "0");
     const char* gate_up_q8 = std::getenv("RUNAHEAD_CUDA_GATE_UP_Q8");
     down_q8_ = attention_q8_ && gate_up_q8 && std::string(gate_up_q8) == "1";
-    gate_up_counters_ = DeviceBuffer(size_t(I / 32 + 1) * sizeof(int));
-    check_cuda(cudaMemset(gate_up_counters_.get(), 0, gate_up_counters_.bytes()), "cudaMemset");
+    if (down_q8_) {
+      gate_up_counters_ = DeviceBuffer(size_t(I / 32 + 1) * sizeof(int));
+      check_cuda(cudaMemset(gate_up_counters_.get(), 0, gate_up_counters_.bytes()), "cudaMemset");
+    }
     // One token's K-quant gate/up, and o_proj and down, through a ring of bulk copies where the
     // shape gains from it (kernels.h KqRing), and Q8_0's o_proj, down and q/k/v; each switch: =0
     // never, =force wherever it can run (to measure and test it).
@@ -915,7 +916,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   void enqueue_attention(int l, int n) {
     attention_decode(attention_args(l), q_.get<float>(), n, pos_d_.get<int>(), att_.get<float>(), stream_);
   }
-  // Down's int8 inputs written by gate/up's ring where it runs (with attention_q8_'s switch).
+  // Down's int8 inputs written by gate/up's ring where it runs (RUNAHEAD_CUDA_GATE_UP_Q8=1).
   DownInputs down_inputs() const {
     if (!down_q8_) return {};
     const Q8Scratch q8 = q8_inputs();

@@ -121,7 +121,7 @@ GateUpRingLaunch gate_up_ring_launch(const void* w, DType dtype, const void* q6,
            : l.shape.split > 1                  ? gate_up_ring_kernel<RingRows::Q8, true, kQ>
                                                 : gate_up_ring_kernel<RingRows::Q8, false, kQ>;
   };
-  l.kernel = quantize && I % 32 == 0 ? pick(std::true_type{}) : pick(std::false_type{});
+  l.kernel = quantize ? pick(std::true_type{}) : pick(std::false_type{});
   int resident = 0;
   l.blocks = ring_blocks(l.kernel, l.shape, sms, resident);
   return l;
