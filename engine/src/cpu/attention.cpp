@@ -13,7 +13,7 @@ Attention::Attention(AttentionShape shape, int threads, int capacity)
 void Attention::run(ThreadPool& pool, const Kernels& kernels, KVCache& cache, int layer,
                     const float* q, int n, int pos0, float* out) {
   const int d = shape_.head_dim, group = shape_.heads / shape_.kv_heads;
-  const int q_dim = shape_.heads * d, kv_dim = cache.kv_dim();
+  const int q_dim = shape_.heads * d;
   const float scale = 1.0f / std::sqrt(float(d));
   // Work items are (token, kv head, slice of the group's heads). The heads of a group
   // share their key and value reads, so a group is split only when there are too few items
@@ -31,11 +31,10 @@ void Attention::run(ThreadPool& pool, const Kernels& kernels, KVCache& cache, in
       const int j0 = group * slice / slices, heads = group * (slice + 1) / slices - j0;
       const int len = pos0 + t + 1;
       const float* q_heads = q + size_t(t) * q_dim + size_t(g * group + j0) * d;
-      kernels.matmul_f32(cache.k(layer, 0) + g * d, kv_dim, 0, len, d, q_heads, d, heads, scores,
-                         len);
+      kernels.matmul_f32(cache.k(layer, g, 0), d, 0, len, d, q_heads, d, heads, scores, len);
       for (int j = 0; j < heads; ++j) kernels.softmax(scores + size_t(j) * len, len, scale);
       // The group's heads read each value row once, together.
-      kernels.combine_rows(scores, len, heads, cache.v(layer, 0) + g * d, kv_dim, len, d,
+      kernels.combine_rows(scores, len, heads, cache.v(layer, g, 0), d, len, d,
                            out + size_t(t) * q_dim + size_t(g * group + j0) * d, d);
     }
   });

@@ -36,7 +36,7 @@ class CpuBackend final : public Backend {
                       ? options.context_length
                       : std::min(c_.max_position_embeddings > 0 ? c_.max_position_embeddings : 4096,
                                  4096)),
-        cache_(c_.num_layers, capacity_, c_.num_kv_heads * c_.head_dim),
+        cache_(c_.num_layers, capacity_, c_.num_kv_heads, c_.head_dim),
         rope_(c_, capacity_),
         attention_({c_.num_heads, c_.num_kv_heads, c_.head_dim}, pool_.size(), capacity_),
         final_norm_(widen(w_->final_norm)),
@@ -125,6 +125,8 @@ class CpuBackend final : public Backend {
     att_.resize(size_t(n) * q_dim);
     act_.resize(size_t(n) * I);
     up_.resize(size_t(n) * I);
+    k_.resize(size_t(n) * c_.num_kv_heads * c_.head_dim);
+    v_.resize(k_.size());
     const CpuContext cx{pool_, kernels_, quant_kernels_, xq_};
     const AttentionShape shape{c_.num_heads, c_.num_kv_heads, c_.head_dim};
 
@@ -134,9 +136,10 @@ class CpuBackend final : public Backend {
         const float* in = buffer(op.in);
         float* out = buffer(op.out);
         switch (op.kind) {
-          case OpKind::RmsnormQkvRopeAppend:  // K and V go straight into the cache rows
+          case OpKind::RmsnormQkvRopeAppend:
             rmsnorm_qkv_rope_append(cx, lw, shape, c_.rms_norm_eps, rope_, in, n, pos0, h_.data(), out,
-                                    cache_.k(l, pos0), cache_.v(l, pos0));
+                                    k_.data(), v_.data());
+            cache_.append(l, pos0, n, k_.data(), v_.data());
             break;
           case OpKind::Attention:
             attention_.run(pool_, kernels_, cache_, l, in, n, pos0, out);
@@ -198,7 +201,7 @@ class CpuBackend final : public Backend {
   const std::vector<Op>& step_;
   std::vector<CpuLayer> layers_;
   // Activations of the current forward, [n, width].
-  std::vector<float> x_, h_, q_, att_, act_, up_, hidden_;
+  std::vector<float> x_, h_, q_, att_, act_, up_, k_, v_, hidden_;
   std::vector<Q8Activations> xq_;  // x quantized to int8 for the block-quantized matrices
   bool keep_all_hidden_ = false;
 };

@@ -30,7 +30,7 @@ void embedding_lookup(const Tensor& embed, const int32_t* tokens, int n, float* 
 
 // h = rmsnorm(x) * attn_norm; q = h Wq^T + bq, k = h Wk^T + bk, v = h Wv^T + bv; per head
 // q, k = rmsnorm(q) * q_norm, rmsnorm(k) * k_norm (when present); RoPE on q and k at pos0 + t;
-// k, v -> cache rows.   h: [n, H] scratch.
+// k, v: [n, kv_heads * head_dim] (the caller appends them to the cache).   h: [n, H] scratch.
 void rmsnorm_qkv_rope_append(const CpuContext& cx, const CpuLayer& l, const AttentionShape& s, float eps,
                              const Rope& rope, const float* x, int n, int pos0, float* h, float* q, float* k,
                              float* v);

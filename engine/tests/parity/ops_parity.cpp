@@ -279,10 +279,8 @@ void add_attention_cases(Context& ctx, std::vector<Case>& cases) {
       if (n > 8) c.cuda_tolerance = 1e-2;
       c.expected = std::move(expected);
       c.cpu = [&ctx, q, k, v, s, n, past, len] {
-        const int kvd = s.kv_heads * s.head_dim;
-        KVCache cache(1, len, kvd);
-        std::copy(k->begin(), k->end(), cache.k(0, 0));
-        std::copy(v->begin(), v->end(), cache.v(0, 0));
+        KVCache cache(1, len, s.kv_heads, s.head_dim);
+        cache.append(0, 0, len, k->data(), v->data());
         Attention a({s.heads, s.kv_heads, s.head_dim}, ctx.pool.size(), len);
         std::vector<float> out(size_t(n) * s.heads * s.head_dim);
         a.run(ctx.pool, ctx.kernels, cache, 0, q->data(), n, past, out.data());
