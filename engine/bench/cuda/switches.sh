@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The CUDA switches against the defaults, in one binary and one call: decode ms/token of each
+# (shape, weights) case with each variant's environment, variants interleaved round by round so
+# a drift of the machine lands on all of them; the table gives each variant's median over the
+# rounds, its ratio to the first variant's (the default's) median in the same rounds, and the
+# bound. A switch is made the default only after such a table (engine/bench/cuda/NOTES.md).
+# Usage (repository root, on a GPU machine): bash engine/bench/cuda/switches.sh [ENGINE]
+#   ENGINE: a built runahead-engine (default: build one in $BUILD as formats.sh does).
+#   CASES ("shape:weights" ...), VARIANTS (";"-separated, each a space-separated list of NAME=VALUE;
+#   the first, "" by default, is the reference), CTX, ROUNDS, REPS override.
+# Output: stdout and $OUT/switches.md; each run's JSON in $OUT/switches/.
+set -u
+OUT=${OUT:-$PWD/switches-out}
+BUILD=${BUILD:-/tmp/engine-build}
+CASES=${CASES:-qwen2.5-coder-7b:q4_k_m qwen2.5-coder-1.5b:q4_k_m qwen2.5-coder-7b:q8_0}
+VARIANTS=${VARIANTS:-;RUNAHEAD_CUDA_ATTENTION_PUSH=1;RUNAHEAD_CUDA_ATTENTION_PUSH=12;RUNAHEAD_CUDA_GATE_UP_Q8=1;RUNAHEAD_CUDA_ATTENTION_PUSH=1 RUNAHEAD_CUDA_GATE_UP_Q8=1}
+CTX=${CTX:-512}
+ROUNDS=${ROUNDS:-3}
+REPS=${REPS:-30}
+mkdir -p "$OUT/switches"
+ENGINE=${1:-}
+if [ -z "$ENGINE" ]; then
+  ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DRUNAHEAD_TESTS=OFF)
+  [ -d .devdeps ] && ARGS+=("-DCMAKE_PREFIX_PATH=$PWD/.devdeps")
+  cmake -S engine -B "$BUILD" "${ARGS[@]}" > "$OUT/build.txt" 2>&1 && ninja -C "$BUILD" runahead-engine >> "$OUT/build.txt" 2>&1 ||
+    { echo "build failed: $OUT/build.txt"; tail -20 "$OUT/build.txt"; exit 1; }
+  ENGINE=$BUILD/runahead-engine
+fi
+IFS=';' read -r -a variants <<< "$VARIANTS"
+for round in $(seq "$ROUNDS"); do
+  for case in $CASES; do
+    shape=${case%%:*} weights=${case#*:}
+    for v in "${!variants[@]}"; do
+      # shellcheck disable=SC2086  # each NAME=VALUE of the variant is one word for env
+      timeout 240 env ${variants[$v]} "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx "$CTX" --tokens 256 \
+        --prefill 0 --reps "$REPS" --weights "$weights" --json > "$OUT/switches/$case-$v-$round.json" \
+        2> "$OUT/switches/$case-$v-$round.err" ||
+        echo "$case [${variants[$v]:-default}] round $round: exit $? ($(tail -1 "$OUT/switches/$case-$v-$round.err"))" >&2
+    done
+  done
+done
+python3 - "$OUT" "$CASES" "$ROUNDS" "${variants[@]}" <<'EOF' | tee "$OUT/switches.md"
+import json, sys, pathlib, statistics
+out, cases, rounds, variants = pathlib.Path(sys.argv[1]), sys.argv[2].split(), int(sys.argv[3]), sys.argv[4:]
+def ms(case, v, r):
+    try:
+        return json.loads((out / "switches" / f"{case}-{v}-{r}.json").read_text())
+    except (OSError, ValueError):
+        return None
+print("| case | variant | decode ms/token (each round) | median | x the first (same rounds) | bound ms/token |")
+print("|---|---|---|---|---|---|")
+for case in cases:
+    base = {r: ms(case, 0, r) for r in range(1, rounds + 1)}
+    for v, name in enumerate(variants):
+        runs = {r: ms(case, v, r) for r in range(1, rounds + 1)}
+        got = [j["decode_ms_per_token"] for j in runs.values() if j]
+        if not got:
+            print(f"| {case} | {name or 'default'} | (no result: see switches/{case}-{v}-*.err) | | | |")
+            continue
+        both = [r for r in runs if runs[r] and base[r]]
+        ratio = (statistics.median(runs[r]["decode_ms_per_token"] for r in both) /
+                 statistics.median(base[r]["decode_ms_per_token"] for r in both)) if both else float("nan")
+        bound = next(j for j in runs.values() if j)["bound_ms_per_token"]
+        print(f"| {case} | {name or 'default'} | {', '.join(f'{x:.3f}' for x in got)} | {statistics.median(got):.3f} | "
+              f"{ratio:.3f} | {bound:.3f} |")
+EOF
