@@ -189,7 +189,10 @@ describe('local API (openai client)', function () {
   });
 
   it('inline completions pre-empt API work, which continues to the same greedy text', async () => {
-    const request = () => ({ messages: [{ role: 'user' as const, content: 'Write a long list.' }], maxTokens: 400, temperature: 0, signal: new AbortController().signal });
+    // 1200 tokens (~0.4 s of the embedded model): the inline requests, sent once 40 and 80
+    // characters have streamed, must arrive while the chat still runs. With 400 a clean-clone CI
+    // run once saw the chat finish first (pre-empted 0 times).
+    const request = () => ({ messages: [{ role: 'user' as const, content: 'Write a long list.' }], maxTokens: 1200, temperature: 0, signal: new AbortController().signal });
     const alone = await runahead.agent.chat(request(), () => undefined);
     let seen = 0;
     const source = (runahead as unknown as { source: EngineSource }).source;

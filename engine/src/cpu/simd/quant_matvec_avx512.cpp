@@ -7,6 +7,8 @@
 #pragma GCC target("avx512vnni")
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <vector>
+
 #include "cpu/simd/quant_matvec_rows.h"
 
 namespace runahead {
@@ -77,6 +79,99 @@ struct Q8_0Tile512 {
         y[t * ldy + i] = hsum512(acc[i][t]);
   }
 };
+
+// Q8_0 prefill: Q8_0Tile512's sums from rows prepared once per call. A prefill passes over the
+// caller's ~64 KB of rows once per group of 4 tokens, and each pass redid the rows' work (the
+// sign flip, two f16 scales widened) and each token's bias (-128 sum q_x, by vpdpbusd and a
+// subtraction) for every block pair: ~50 of ~140 instructions a 4 x 4 step. Prepared, a block
+// pair of a row is its 64 weight bytes as stored (s8), its scales as 16 floats and
+// -128 sum q_w per 4 weights, and the activations go in as u8 (q_x + 128): vpdpbusd(bias_w,
+// x + 128, w) = sum q_w q_x, lane for lane the integer Q8_0Tile512 gets from
+// vpdpbusd(bias_x, w + 128, x), then the same conversion, scale product and fma: the same bits.
+struct Q8_0Prepared512 {
+  static constexpr int kRows = 4, kTokens = 4;
+  // Per block pair: weights, scales, bias. A lone last block fills lanes 0-7, zeros in 8-15.
+  struct Pair {
+    __m512i w;
+    __m512 d;
+    __m512i bias;
+  };
+  static size_t row_bytes(int64_t cols) { return size_t((cols / 32 + 1) / 2) * sizeof(Pair); }
+
+  static void prepare(const uint8_t* w, size_t row_bytes_in, int64_t rows, int64_t cols, Pair* out) {
+    const int64_t blocks = cols / 32, pairs = (blocks + 1) / 2;
+    const __m512i flip = _mm512_set1_epi8(char(0x80));
+    for (int64_t r = 0; r < rows; ++r) {
+      const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(w + r * row_bytes_in);
+      for (int64_t p = 0; p < pairs; ++p) {
+        const int64_t k = 2 * p;
+        const bool pair = k + 1 < blocks;
+        const __m512i lo = _mm512_zextsi256_si512(simd::load32(b[k].qs));
+        const __m512i q = pair ? _mm512_inserti64x4(lo, simd::load32(b[k + 1].qs), 1) : lo;
+        const __m128i d0 = _mm_set1_epi16(short(b[k].d)), d1 = pair ? _mm_set1_epi16(short(b[k + 1].d)) : _mm_setzero_si128();
+        Pair& o = out[r * pairs + p];
+        o.w = q;
+        o.d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(d0), d1, 1));
+        o.bias = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, q));
+      }
+    }
+  }
+
+  template <int R, int T, bool pair>
+  static void add_pair(const Pair* const (&b)[R], int64_t p, const Q8Activations* x, __m512 (&acc)[R][T]) {
+    const __mmask16 lanes = pair ? 0xFFFF : 0x00FF;
+    const int64_t k = 2 * p;
+    __m512i w[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) w[i] = b[i][p].w;
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m512i xu = _mm512_xor_si512(_mm512_maskz_loadu_epi32(lanes, &x[t].q[32 * k]), _mm512_set1_epi8(char(0x80)));
+      const float xd1 = pair ? x[t].d[k + 1] : 0.0f;
+      const __m512 xd = _mm512_insertf32x8(_mm512_set1_ps(x[t].d[k]), _mm256_set1_ps(xd1), 1);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const __m512 s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(b[i][p].bias, xu, w[i]));
+        acc[i][t] = _mm512_mask3_fmadd_ps(s, _mm512_mul_ps(b[i][p].d, xd), acc[i][t], lanes);
+      }
+    }
+  }
+
+  // Rows prepared by prepare(), row_bytes(cols) apart, times T tokens.
+  template <int R, int T>
+  static void run(const uint8_t* w, size_t row_bytes, int64_t cols, const Q8Activations* x, float* y, int64_t ldy) {
+    const Pair* b[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) b[i] = reinterpret_cast<const Pair*>(w + i * row_bytes);
+    __m512 acc[R][T];
+    simd::fill_tile(acc, _mm512_setzero_ps());
+    const int64_t blocks = cols / 32;
+    int64_t p = 0;
+    for (; 2 * p + 1 < blocks; ++p) add_pair<R, T, true>(b, p, x, acc);
+    if (2 * p < blocks) add_pair<R, T, false>(b, p, x, acc);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) y[t * ldy + i] = hsum512(acc[i][t]);
+  }
+};
+
+// Tokens from which a call prepares its rows: one pass per group of 4 tokens over 64 KB of rows
+// has to pay for a pass that writes ~3x their bytes.
+constexpr int kPrepareTokens = 16;
+
+void q8_0_rows_512(const uint8_t* w, size_t row_bytes, int64_t row_begin, int64_t row_end, int64_t cols,
+                   const Q8Activations* x, int n, float* y, int64_t ldy) {
+  if (n < kPrepareTokens) return simd::matmul_tiled<Q8_0Tile512>(w, row_bytes, row_begin, row_end, cols, x, n, y, ldy);
+  using Pair = Q8_0Prepared512::Pair;
+  const int64_t rows = row_end - row_begin;
+  const size_t prepared_row = Q8_0Prepared512::row_bytes(cols);
+  thread_local std::vector<Pair> prepared;
+  prepared.resize(size_t(rows) * prepared_row / sizeof(Pair));
+  Q8_0Prepared512::prepare(w + row_begin * row_bytes, row_bytes, rows, cols, prepared.data());
+  simd::matmul_tiled<Q8_0Prepared512>(reinterpret_cast<const uint8_t*>(prepared.data()), prepared_row, 0, rows, cols, x,
+                                       n, y, ldy);
+}
 
 // A vpshufb index whose 128-bit lane L picks 16-bit word w[L] of the source lane into all eight words.
 inline __m512i words_per_lane(int w0, int w1, int w2, int w3) {
@@ -406,7 +501,7 @@ const QuantKernels& avx512_vnni_quant_kernels() {
   static const QuantKernels k = [] {
     QuantKernels t = simd::make_quant_kernels<VnniDot>("avx512-vnni");
     t.quantize = &quantize_activations_512;
-    t.q8_0 = &simd::matmul_tiled<Q8_0Tile512>;
+    t.q8_0 = &q8_0_rows_512;
     t.q4_k = &simd::matmul_tiled<QK4Tile512<BlockQ4_K>>;
     t.q5_k = &simd::matmul_tiled<QK4Tile512<BlockQ5_K>>;
     t.q6_k = &simd::matmul_tiled<Q6KTile512>;
