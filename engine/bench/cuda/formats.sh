@@ -16,14 +16,7 @@ FORMATS=${FORMATS:-bf16 q8_0 q4_k_m fp8}
 CTX=${CTX:-512}
 ROUNDS=${ROUNDS:-2}
 mkdir -p "$OUT/formats"
-ENGINE=${1:-}
-if [ -z "$ENGINE" ]; then
-  ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DRUNAHEAD_TESTS=OFF)
-  [ -d .devdeps ] && ARGS+=("-DCMAKE_PREFIX_PATH=$PWD/.devdeps")
-  cmake -S engine -B "$BUILD" "${ARGS[@]}" > "$OUT/build.txt" 2>&1 && ninja -C "$BUILD" runahead-engine >> "$OUT/build.txt" 2>&1 ||
-    { echo "build failed: $OUT/build.txt"; tail -20 "$OUT/build.txt"; exit 1; }
-  ENGINE=$BUILD/runahead-engine
-fi
+. "$(dirname "$0")/engine_for_bench.sh"
 for round in $(seq "$ROUNDS"); do
   for shape in $SHAPES; do
     for format in $FORMATS; do

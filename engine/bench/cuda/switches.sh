@@ -18,14 +18,7 @@ CTX=${CTX:-512}
 ROUNDS=${ROUNDS:-3}
 REPS=${REPS:-30}
 mkdir -p "$OUT/switches"
-ENGINE=${1:-}
-if [ -z "$ENGINE" ]; then
-  ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DRUNAHEAD_TESTS=OFF)
-  [ -d .devdeps ] && ARGS+=("-DCMAKE_PREFIX_PATH=$PWD/.devdeps")
-  cmake -S engine -B "$BUILD" "${ARGS[@]}" > "$OUT/build.txt" 2>&1 && ninja -C "$BUILD" runahead-engine >> "$OUT/build.txt" 2>&1 ||
-    { echo "build failed: $OUT/build.txt"; tail -20 "$OUT/build.txt"; exit 1; }
-  ENGINE=$BUILD/runahead-engine
-fi
+. "$(dirname "$0")/engine_for_bench.sh"
 IFS=';' read -r -a variants <<< "$VARIANTS"
 for round in $(seq "$ROUNDS"); do
   for case in $CASES; do
