@@ -183,6 +183,11 @@ TEST_CASE("cuda ops: rmsnorm_qkv_rope_append, attention, residual, gate_up_swigl
       CAPTURE(push);
       if (cluster && !rings_run_here()) continue;  // clusters: Hopper on
       if (cluster) REQUIRE(attention_cluster_fits(splits));
+      if (cluster && push == 12 && !attention_cluster_fits(splits, 12)) {
+        MESSAGE("clusters of " << splits << " push-12 blocks do not fit here (the backend falls back to push 1)");
+        continue;
+      }
+      if (cluster) REQUIRE(attention_cluster_fits(splits, push));
       AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, cluster, dk, dv);
       run.att.push = push;
       const DecodeAttention& att = run.att;
@@ -284,6 +289,11 @@ TEST_CASE("cuda ops: decode attention over long contexts with grouped query head
     CAPTURE(push);
     if (cluster && !rings_run_here()) continue;
     if (cluster) REQUIRE(attention_cluster_fits(splits));
+    if (cluster && push == 12 && !attention_cluster_fits(splits, 12)) {
+      MESSAGE("clusters of " << splits << " push-12 blocks do not fit here (the backend falls back to push 1)");
+      continue;
+    }
+    if (cluster) REQUIRE(attention_cluster_fits(splits, push));
     AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, cluster, dk, dv);
     DecodeAttention& att = run.att;
     att.push = push;

@@ -204,16 +204,20 @@ TEST_CASE("cuda q8_0: one token's gate/up through the bulk-copy ring computes wh
     // 32 outputs is 4 or 8 tiles of other blocks): act quantized per 32 with its pair-planar copy,
     // the bytes quantize_inputs_q8 writes from act, launch after launch (each leaves its counters
     // at 0; the outputs are cleared between launches, so a launch that quantized nothing fails).
-    // The per-warp kernel writes none.
+    // Every other launch is told of one multiprocessor: a few blocks then take ~20-40 tiles each,
+    // so the warps count in turn and meet at the per-tile barrier many times (with all of them,
+    // each block gets one tile here; a real model's gate/up gives each ~3). The per-warp kernel
+    // writes none.
     DeviceBuffer dq(I), dd(size_t(I / 32) * 4), dp(I), counters(size_t(I / 32) * 4), rq(I), rd(size_t(I / 32) * 4), rp(I);
     check_cuda(cudaMemset(counters.get(), 0, counters.bytes()), "cudaMemset");
     const DownInputs down{dq.get<int8_t>(), dd.get<float>(), dp.get<int8_t>(), counters.get<int>()};
-    for (int launch = 0; launch < 3; ++launch) {
+    for (int launch = 0; launch < 4; ++launch) {
       CAPTURE(launch);
+      const int launch_sms = launch % 2 ? 1 : sms();
       for (const DeviceBuffer* b : {&dq, &dd, &dp}) check_cuda(cudaMemset(b->get(), 0, b->bytes()), "cudaMemset");
       const DeviceBuffer xs = to_device(random_floats(H, rng, 1.0f));
       CHECK(rmsnorm_gate_up_swiglu(q.get(), DType::Q8_0, d.get(), norm.get<float>(), 1e-6f, H, I, xs.get<float>(), 1,
-                                   act.get<float>(), Q8Scratch{xq.get<int8_t>(), xd.get<float>()}, sms(), nullptr,
+                                   act.get<float>(), Q8Scratch{xq.get<int8_t>(), xd.get<float>()}, launch_sms, nullptr,
                                    KqRing::Forced, down));
       quantize_inputs_q8(act.get<float>(), nullptr, 1, I, Q8Scratch{rq.get<int8_t>(), rd.get<float>(), rp.get<int8_t>()},
                          nullptr);

@@ -308,16 +308,21 @@ int threads_for(const DecodeAttention& a, int n) {
 // (v27); at context 2048 the 1.5B 1.190 -> 1.189.
 int attention_splits(int heads, int sms) { return std::clamp((3 * sms + heads - 1) / heads, 1, kWarp); }
 
-bool attention_cluster_fits(int splits) {
+bool attention_cluster_fits(int splits, int push) {
   if (splits < 2 || splits > kMaxAttentionCluster || !bulk_copies_on()) return false;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(splits, 1, 1);
   config.blockDim = dim3(256);  // the wider block (the narrower one fits where it does)
+  // The kernel that will run: push = 12 takes ~172 registers a thread (one 256-thread block a
+  // multiprocessor), where the others take ~126.
+  const auto kernel = push == 12 ? cluster_kernel<256, true, 12>()
+                      : push == 1 ? cluster_kernel<256, true>()
+                                  : cluster_kernel<256, false>();
   cudaLaunchAttribute attr = cluster_attribute(unsigned(splits));
   config.attrs = &attr;
   config.numAttrs = 1;
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, cluster_kernel<256, false>(), &config) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
     cudaGetLastError();  // not a sticky error: the splits merge through global memory
     return false;
   }

@@ -604,6 +604,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // (DecodeAttention::push; not yet measured on a GPU, so not the default).
     const char* push = std::getenv("RUNAHEAD_CUDA_ATTENTION_PUSH");
     attention_.push = !push ? 0 : std::string(push) == "1" ? 1 : std::string(push) == "12" ? 12 : 0;
+    // Where its kernel's clusters do not fit, 12 falls back to 1, and 1 to the loads.
+    if (attention_.cluster && attention_.push == 12 && !attention_cluster_fits(attention_.splits, 12)) attention_.push = 1;
+    if (attention_.cluster && attention_.push == 1 && !attention_cluster_fits(attention_.splits, 1)) attention_.push = 0;
     attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
     attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
     check_cuda(cudaMemset(attention_counters_.get(), 0, attention_counters_.bytes()), "cudaMemset");

@@ -69,9 +69,10 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
     if (lane == 0) {
       __threadfence();  // the tile's act (every consumer's, ordered before it by the barrier)
       done = atomicAdd(down.counters + group, 1) == per_group - 1;
+      if (done) __threadfence();  // acquire, in the thread that saw the count: the other tiles' act
     }
     if (!__shfl_sync(0xFFFFFFFFu, done, 0)) return;
-    __threadfence();  // the other tiles' act, fenced before their counts
+    __syncwarp();  // orders lane 0's acquire before the other lanes' loads (a shuffle does not)
     const int k = group * 32 + lane;
     float scale;
     const int8_t v = q8_lane(__ldcg(act + k), scale);

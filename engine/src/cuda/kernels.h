@@ -128,8 +128,8 @@ struct DecodeAttention {
   Q8Scratch q8{};
 };
 int attention_splits(int heads, int sms);
-// Whether clusters of `splits` attention blocks run on this device.
-bool attention_cluster_fits(int splits);
+// Whether clusters of `splits` attention blocks run on this device (with DecodeAttention::push).
+bool attention_cluster_fits(int splits, int push = 0);
 size_t attention_partial_floats(int heads, int head_dim, int splits);
 void attention_decode(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
                       cudaStream_t stream);
