@@ -22,14 +22,13 @@ class KVCache {
 
   int capacity() const { return capacity_; }
   int len() const { return len_; }
-  int head_dim() const { return head_dim_; }
   void set_len(int len) { len_ = len; }
 
   // Head `head`'s keys at positions [kKeyBlock * block, kKeyBlock * (block + 1)) of `layer`:
   // head_dim rows of kKeyBlock floats (row i: dimension i of each position). Positions at or
   // past len hold whatever was there (never a score anyone reads).
   const float* k_block(int layer, int head, int block) const { return k_.get() + k_offset(layer, head, block); }
-  // Head `head`'s value at `pos` of `layer`; the next position's is head_dim() floats on.
+  // Head `head`'s value at `pos` of `layer`; the next position's is head_dim floats on.
   const float* v(int layer, int head, int pos) const { return v_.get() + v_offset(layer, head, pos); }
 
   // Copies n positions' keys and values, rows of kv_heads * head_dim, to positions

@@ -23,6 +23,16 @@ inline float hsum512(__m512 v) {
   return simd::hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 
+// Blocks k and k + 1's f16 scales as floats in lanes 0-7 and 8-15 (only k's: a lone last block).
+inline __m512 q8_0_pair_scales(const BlockQ8_0* b, int64_t k, bool pair) {
+  const __m128i d0 = _mm_set1_epi16(short(b[k].d)), d1 = pair ? _mm_set1_epi16(short(b[k + 1].d)) : d0;
+  return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(d0), d1, 1));
+}
+// A token's scales of blocks k and k + 1 the same way (0 in lanes 8-15 for a lone block).
+inline __m512 q8_0_token_scales(const Q8Activations& x, int64_t k, bool pair) {
+  return _mm512_insertf32x8(_mm512_set1_ps(x.d[k]), _mm256_set1_ps(pair ? x.d[k + 1] : 0.0f), 1);
+}
+
 // Q8_0, R rows x T tokens, blocks k and k + 1 in lanes 0-7 and 8-15 of one vector: the
 // 256-bit tile's even and odd accumulators side by side, so its sums are bit for bit the
 // same. vpdpbusd wants u8 x s8: the weights go in as q_w + 128 (xor 0x80), once per block for
@@ -42,15 +52,13 @@ struct Q8_0Tile512 {
     for (int i = 0; i < R; ++i) {
       const __m512i lo = _mm512_zextsi256_si512(simd::load32(b[i][k].qs));
       q[i] = _mm512_xor_si512(pair ? _mm512_inserti64x4(lo, simd::load32(b[i][k + 1].qs), 1) : lo, flip);
-      const __m128i d0 = _mm_set1_epi16(short(b[i][k].d)), d1 = pair ? _mm_set1_epi16(short(b[i][k + 1].d)) : d0;
-      d[i] = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(d0), d1, 1));
+      d[i] = q8_0_pair_scales(b[i], k, pair);
     }
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m512i xq = _mm512_maskz_loadu_epi32(lanes, &x[t].q[32 * k]);
       const __m512i bias = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, xq));
-      const float xd1 = pair ? x[t].d[k + 1] : 0.0f;
-      const __m512 xd = _mm512_insertf32x8(_mm512_set1_ps(x[t].d[k]), _mm256_set1_ps(xd1), 1);
+      const __m512 xd = q8_0_token_scales(x[t], k, pair);
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, q[i], xq));
@@ -90,7 +98,7 @@ struct Q8_0Tile512 {
 // vpdpbusd(bias_x, w + 128, x), then the same conversion, scale product and fma: the same bits.
 struct Q8_0Prepared512 {
   static constexpr int kRows = 4, kTokens = 4;
-  // Per block pair: weights, scales, bias. A lone last block fills lanes 0-7, zeros in 8-15.
+  // Per block pair: weights, scales, bias. A lone last block fills lanes 0-7 (its fma is masked).
   struct Pair {
     __m512i w;
     __m512 d;
@@ -108,10 +116,9 @@ struct Q8_0Prepared512 {
         const bool pair = k + 1 < blocks;
         const __m512i lo = _mm512_zextsi256_si512(simd::load32(b[k].qs));
         const __m512i q = pair ? _mm512_inserti64x4(lo, simd::load32(b[k + 1].qs), 1) : lo;
-        const __m128i d0 = _mm_set1_epi16(short(b[k].d)), d1 = pair ? _mm_set1_epi16(short(b[k + 1].d)) : _mm_setzero_si128();
         Pair& o = out[r * pairs + p];
         o.w = q;
-        o.d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(d0), d1, 1));
+        o.d = q8_0_pair_scales(b, k, pair);
         o.bias = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, q));
       }
     }
@@ -127,8 +134,7 @@ struct Q8_0Prepared512 {
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m512i xu = _mm512_xor_si512(_mm512_maskz_loadu_epi32(lanes, &x[t].q[32 * k]), _mm512_set1_epi8(char(0x80)));
-      const float xd1 = pair ? x[t].d[k + 1] : 0.0f;
-      const __m512 xd = _mm512_insertf32x8(_mm512_set1_ps(x[t].d[k]), _mm256_set1_ps(xd1), 1);
+      const __m512 xd = q8_0_token_scales(x[t], k, pair);
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         const __m512 s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(b[i][p].bias, xu, w[i]));
