@@ -20,6 +20,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/device_memory.h"
 #include "cuda/step_parts.h"
+#include "cuda/trace.h"
 #include "model/arch.h"
 #include "model/error.h"
 #include "model/quantize.h"
@@ -41,17 +42,21 @@ struct CudaBenchArgs {
   std::string agreement;  // --agreement FILE: token ids (separated by commas or whitespace) of real text
   std::string timeline;   // --timeline FILE: token ids of a prompt for the step loop's timeline
   std::string speculation = "off,lookup,auto";  // --speculation: the modes --timeline runs
+  std::string trace_out;  // --trace-out FILE: the blocks of a few decode steps' kernels (trace.h), as CSV
 };
 
 constexpr const char* kUsage =
     "usage: runahead-engine bench --backend cuda (--model DIR | --random-shape qwen2.5-coder-0.5b|1.5b|7b)\n"
     "                             [--ctx N] [--tokens N] [--prefill N] [--reps N] [--weights auto|fp8|q8_0|q4_k_m]\n"
     "                             [--lm-head auto|fp8] [--agreement IDS_FILE] [--json]\n"
-    "                             [--timeline IDS_FILE [--speculation off,lookup,auto]]\n"
+    "                             [--timeline IDS_FILE [--speculation off,lookup,auto]] [--trace-out CSV_FILE]\n"
     "--agreement: instead of timing, the top-1 agreement of the fp8 options with the model as stored,\n"
     "teacher-forced over the file's tokens (every position's argmax, both on the device).\n"
     "--timeline: the engine's own step loop (a loaded session, greedy, --tokens tokens after the file's\n"
-    "prompt) in each speculation mode, with the device's idle time between consecutive steps.\n";
+    "prompt) in each speculation mode, with the device's idle time between consecutive steps.\n"
+    "--trace-out: also write when each block of each kernel of 4 decode steps started, passed its wait\n"
+    "for the kernel before and left (a build with -DRUNAHEAD_CUDA_TRACE=ON; engine/bench/cuda/trace_step.py\n"
+    "reads it).\n";
 
 CudaBenchArgs parse(int argc, char** argv) {
   CudaBenchArgs a;
@@ -84,6 +89,11 @@ CudaBenchArgs parse(int argc, char** argv) {
     else if (arg == "--agreement") a.agreement = value(i);
     else if (arg == "--timeline") a.timeline = value(i);
     else if (arg == "--speculation") a.speculation = value(i);
+    else if (arg == "--trace-out") {
+      a.trace_out = value(i);
+      if (!trace_built())
+        throw std::invalid_argument("--trace-out needs an engine built with the kernel trace (cmake -DRUNAHEAD_CUDA_TRACE=ON)");
+    }
     else if (arg == "--weights" || arg == "--lm-head") {
       const std::string v = value(i);
       const bool quantize = arg == "--weights" && quantizes_at_load(v);
@@ -151,6 +161,31 @@ double time_decode_steps(CudaBackend& backend, int steps) {
   cudaEventDestroy(end);
   p.set_position(start + steps);  // where the replays left the device position
   return ms / steps;
+}
+
+// The blocks of `steps` greedy decode steps replayed back to back, one CSV row each (trace.h): the
+// kernel, block, multiprocessor, and when it started, passed its pdl_wait and left, in ns from the
+// first start (waited -1 where block 0's thread 0 did not wait). The KV cache grows by `steps`.
+void write_trace(CudaBackend& backend, const std::string& file, int steps) {
+  StepParts& p = backend.step_parts();
+  const cudaGraphExec_t step = p.greedy_step_graph();
+  const int start = backend.kv_len();
+  if (start + steps > backend.context_length()) throw EngineError("usage", "no room in the KV cache for the trace's steps");
+  std::ofstream out(file);
+  if (!out) throw EngineError("usage", "cannot write the trace to " + file);
+  trace_begin(1u << 20);
+  for (int i = 0; i < steps; ++i) p.launch_graph(step);
+  unsigned dropped = 0;
+  const std::vector<TraceRecord> records = trace_end(dropped);
+  p.set_position(start + steps);
+  if (dropped > 0) throw EngineError("cuda_error", "the trace dropped " + std::to_string(dropped) + " records");
+  uint64_t t0 = UINT64_MAX;
+  for (const TraceRecord& r : records) t0 = std::min(t0, r.start);
+  out << "kernel,block,sm,start_ns,waited_ns,end_ns\n";
+  for (const TraceRecord& r : records)
+    out << trace_tag_name(TraceTag(r.tag)) << ',' << r.block << ',' << r.sm << ',' << r.start - t0 << ','
+        << (r.waited ? int64_t(r.waited - t0) : int64_t(-1)) << ',' << r.end - t0 << '\n';
+  if (!out) throw EngineError("usage", "cannot write the trace to " + file);
 }
 
 // verify(k): the mean ms of a greedy verify step of 1 + k tokens (the pending token and k drafted
@@ -476,6 +511,7 @@ nlohmann::json bench(const CudaBenchArgs& a) {
 
   // Graph replays queued back to back: the device's time per step.
   const double graph_ms = time_decode_steps(*backend, a.tokens);
+  if (!a.trace_out.empty()) write_trace(*backend, a.trace_out, 4);
   // The real loop: each token read by the host one step late.
   backend->truncate(a.ctx);
   int produced = 0;

@@ -73,6 +73,7 @@ __device__ __forceinline__ void cluster_store(float* p, unsigned rank, float v) 
 template <int kThreads, bool kCluster, bool kPush = false, int kBatch = kDefaultBatch>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttention a, const float* q,
                                                                    const int* pos, float* out) {
+  RUNAHEAD_TRACE_BLOCK(attention);
   static_assert(kThreads >= kMaxHeadDim, "the merge gives each thread at most one dimension of the head");
   __shared__ float4 group_acc[kThreads];       // [groups][cols]: group g's acc, dimension g * head_dim + d as floats
   __shared__ float group_m[kThreads], group_l[kThreads];

@@ -12,6 +12,7 @@
 
 #include "cuda/check.h"
 #include "cuda/kernels.h"
+#include "cuda/trace.cuh"
 #include "model/tensor.h"
 
 namespace runahead::cuda {
@@ -25,6 +26,7 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+  trace_note_wait();
 }
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

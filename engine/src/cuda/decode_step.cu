@@ -787,6 +787,7 @@ __device__ __forceinline__ float4 embedding4(const DecodeStep& s, int32_t token,
 // quarter of the register file).
 template <class W, class HW>
 __global__ void __launch_bounds__(kStepThreads, 1) decode_step_kernel(DecodeStep s, int stages) {
+  RUNAHEAD_TRACE_BLOCK(persistent_step);
   constexpr bool kBlocks = kQ8Inputs<W>;  // Q8_0 or K-quant layers (and lm_head of the same kind)
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ Shared sh;

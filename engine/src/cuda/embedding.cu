@@ -10,6 +10,7 @@ namespace {
 template <class W>
 __global__ void embedding_lookup_kernel(const W* __restrict__ embed, int H, const int32_t* __restrict__ tokens,
                                         float* __restrict__ x) {
+  RUNAHEAD_TRACE_BLOCK(embedding);
   pdl_wait();
   pdl_trigger();
   const int t = blockIdx.x;
@@ -20,6 +21,7 @@ __global__ void embedding_lookup_kernel(const W* __restrict__ embed, int H, cons
 // Q8_0 as the device keeps it (kernels.h): int8 weights [V, H] and f16 block scales [V, H / 32].
 __global__ void embedding_lookup_q8_0_kernel(const int8_t* __restrict__ q, const __half* __restrict__ d, int H,
                                              const int32_t* __restrict__ tokens, float* __restrict__ x) {
+  RUNAHEAD_TRACE_BLOCK(embedding);
   pdl_wait();
   pdl_trigger();
   const int t = blockIdx.x;
@@ -31,6 +33,7 @@ __global__ void embedding_lookup_q8_0_kernel(const int8_t* __restrict__ q, const
 // A K-quant table (kquant.cuh), all Q4_K (at q4) or all Q6_K (q4 null, at q6).
 __global__ void embedding_lookup_kquant_kernel(const uint8_t* __restrict__ q4, const uint8_t* __restrict__ q6, int H,
                                                const int32_t* __restrict__ tokens, float* __restrict__ x) {
+  RUNAHEAD_TRACE_BLOCK(embedding);
   pdl_wait();
   pdl_trigger();
   const int t = blockIdx.x;

@@ -14,6 +14,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
                                                                              float eps, int I, const float* x,
                                                                              int n, float* act, int split,
                                                                              Q8Inputs q8) {
+  RUNAHEAD_TRACE_BLOCK(gate_up_warps);
   const int H = w.K;
   extern __shared__ float staged[];
   __shared__ float scratch[NT * kGemvWarps];
@@ -55,6 +56,7 @@ template <RingRows kRows, bool kSplit, bool kQuantize>
 __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
     gate_up_ring_kernel(RingShape shape, const float* norm, float eps, int H, const float* x, float* act,
                         DownInputs down) {
+  RUNAHEAD_TRACE_BLOCK(gate_up_ring);
   extern __shared__ __align__(128) unsigned char smem[];
   float inv = 0.0f;
   const int I = shape.run_rows, per_group = 32 / shape.tile_rows();

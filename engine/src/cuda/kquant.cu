@@ -52,6 +52,7 @@ __global__ void dequantize_kquant_kernel(const uint8_t* q4, const uint8_t* q6, i
 // blockIdx.y from 256 b + 32 w (q8_lane: llama.cpp's quantize_q8_1).
 __global__ void __launch_bounds__(256) quantize_inputs_q8_kernel(const float* x, const float* g, int K, int8_t* q,
                                                                  float* d, int8_t* planar) {
+  RUNAHEAD_TRACE_BLOCK(quantize_inputs);
   pdl_wait();
   pdl_trigger();
   const int lane = threadIdx.x % kWarp, group = blockIdx.x * (256 / kWarp) + threadIdx.x / kWarp, t = blockIdx.y;

@@ -19,6 +19,7 @@ template <class W, int NT>
 __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm_lm_head_argmax_kernel(LmHead a, const float* x, int n,
                                                                              float* logits, StepEnd end,
                                                                              int split) {
+  RUNAHEAD_TRACE_BLOCK(lm_head);
   extern __shared__ float staged[];
   __shared__ float scratch[NT * kGemvWarps];
   __shared__ float inv[NT];
@@ -94,6 +95,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
 }
 
 __global__ void advance_position_kernel(int* pos, int advance) {
+  RUNAHEAD_TRACE_BLOCK(advance_position);
   pdl_wait();
   pdl_trigger();
   *pos += advance;

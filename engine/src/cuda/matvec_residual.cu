@@ -14,6 +14,7 @@ template <class W, int NT>
 __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_residual_add_kernel(RowMatrix<W> w, int rows,
                                                                           const float* in, int n, float* x,
                                                                           int split, Q8Inputs q8) {
+  RUNAHEAD_TRACE_BLOCK(residual_warps);
   __shared__ float red[kGemvWarps * 2 * NT];
   const int units = rows / 2;
   auto rows_of = [&](int u, int (&pair)[2]) {
@@ -51,6 +52,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_
 template <RingRows kRows, bool kLong, bool kSplit>
 __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
     matvec_residual_ring_kernel(RingShape shape, float* x, Q8Inputs q8) {
+  RUNAHEAD_TRACE_BLOCK(residual_ring);
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int P = kLong ? 2 : 1;
   const auto inputs = [&] {

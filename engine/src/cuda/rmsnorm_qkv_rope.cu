@@ -78,6 +78,7 @@ template <class W, int NT, bool kRaw>
 __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm_qkv_rope_append_kernel(QkvRope a, const float* x, int n,
                                                                               const int* pos, float* q_out,
                                                                               int split) {
+  RUNAHEAD_TRACE_BLOCK(qkv_warps);
   extern __shared__ float staged[];
   __shared__ float scratch[NT * kGemvWarps];
   __shared__ float inv[NT];
@@ -128,6 +129,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
 template <RingRows kRows, bool kRaw>
 __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
     qkv_ring_kernel(RingShape shape, QkvRope a, const float* x, const int* pos, float* q_out) {
+  RUNAHEAD_TRACE_BLOCK(qkv_ring);
   extern __shared__ __align__(128) unsigned char smem[];
   float inv = 0.0f;
   ring_gemv<kRows, 2>(
@@ -191,6 +193,7 @@ QkvRingLaunch qkv_ring_launch(const QkvRope& a, int n, KqRing use, int sms) {
 // Prefill: the projection came from the tensor-core GEMM; one thread per row pair and token.
 // grid (ceil(units / 256), n): token t = blockIdx.y, one row pair per thread.
 __global__ void bias_rope_append_kernel(QkvRope a, const float* qkv, const int* pos, float* q_out) {
+  RUNAHEAD_TRACE_BLOCK(bias_rope);
   pdl_wait();
   pdl_trigger();
   const int q_dim = a.heads * a.head_dim, kv_dim = a.kv_heads * a.head_dim, width = q_dim + 2 * kv_dim;
@@ -207,6 +210,7 @@ __global__ void bias_rope_append_kernel(QkvRope a, const float* qkv, const int* 
 constexpr int kNormWarps = 4, kMaxNormHeadDim = 128;
 __global__ void __launch_bounds__(kNormWarps * kWarp) bias_qk_norm_rope_append_kernel(QkvRope a, const float* qkv,
                                                                                      const int* pos, float* q_out) {
+  RUNAHEAD_TRACE_BLOCK(bias_qk_norm_rope);
   __shared__ float staged[kNormWarps][kMaxNormHeadDim];
   pdl_wait();
   pdl_trigger();

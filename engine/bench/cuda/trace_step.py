@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Where a decode step's time goes, kernel by kernel, from `runahead-engine bench --backend cuda
+--trace-out FILE` (an engine built with -DRUNAHEAD_CUDA_TRACE=ON; src/cuda/trace.h).
+
+Each row of the file is one block of one kernel: when it started, passed its pdl_wait (the kernel
+before it done) and left, in ns. Blocks sorted by start form launches (a launch's blocks all start
+before the next kernel's first: it launches once every block of this one has passed its trigger);
+a step begins at its embedding launch. Each launch is named by its kernel and the kernel before it
+("residual_ring after attention" is o_proj, "after quantize_inputs" is down). Per launch:
+  step share  its last block's end minus the previous launch's: these add up to the step
+  wait        from the previous launch's last end to this launch's first block past its wait
+  work        from there to this launch's last end
+  early       how long before the previous launch's end its first block started (PDL overlap)
+  tail        its last block's end minus the median block's end
+Medians over the launches of that name in all steps but the first; step share summed over a step.
+Usage: python3 trace_step.py TRACE.csv
+"""
+import csv
+import statistics
+import sys
+from collections import defaultdict
+
+
+def launches(rows):
+    rows = sorted(rows, key=lambda r: r["start"])
+    out = []
+    for r in rows:
+        if not out or out[-1]["kernel"] != r["kernel"]:
+            out.append({"kernel": r["kernel"], "blocks": []})
+        out[-1]["blocks"].append(r)
+    for l in out:
+        b = l["blocks"]
+        waited = [x["waited"] for x in b if x["waited"] >= 0]
+        l["first_start"] = min(x["start"] for x in b)
+        l["first_waited"] = min(waited) if waited else None
+        l["last_end"] = max(x["end"] for x in b)
+        l["median_end"] = statistics.median(x["end"] for x in b)
+    return out
+
+
+def main(path):
+    with open(path) as f:
+        rows = [{"kernel": r["kernel"], "block": int(r["block"]), "start": int(r["start_ns"]),
+                 "waited": int(r["waited_ns"]), "end": int(r["end_ns"])} for r in csv.DictReader(f)]
+    ls = launches(rows)
+    steps, prev = [], None
+    for l in ls:
+        if l["kernel"] == "embedding":
+            steps.append([])
+        if steps:
+            l["name"] = l["kernel"] + (f" after {prev}" if prev else "")
+            steps[-1].append(l)
+        prev = l["kernel"]
+    if len(steps) < 2:
+        sys.exit("trace_step.py: fewer than two steps in the trace")
+    # Each step's first launch is measured from the previous step's last end.
+    per_name = defaultdict(lambda: {"share": [], "wait": [], "work": [], "early": [], "tail": [], "blocks": []})
+    step_us, launches_per_step = [], []
+    for i in range(1, len(steps)):
+        before = steps[i - 1][-1]["last_end"]
+        shares = defaultdict(float)
+        for l in steps[i]:
+            d = per_name[l["name"]]
+            shares[l["name"]] += (l["last_end"] - before) / 1e3
+            w = l["first_waited"] if l["first_waited"] is not None else l["first_start"]
+            d["wait"].append((w - before) / 1e3)
+            d["work"].append((l["last_end"] - w) / 1e3)
+            d["early"].append((before - l["first_start"]) / 1e3)
+            d["tail"].append((l["last_end"] - l["median_end"]) / 1e3)
+            d["blocks"].append(len(l["blocks"]))
+            before = l["last_end"]
+        for name, s in shares.items():
+            per_name[name]["share"].append(s)
+        step_us.append((steps[i][-1]["last_end"] - steps[i - 1][-1]["last_end"]) / 1e3)
+        launches_per_step.append(len(steps[i]))
+    med = statistics.median
+    print(f"{len(steps) - 1} steps measured: {', '.join(f'{s:.1f}' for s in step_us)} us "
+          f"({med(launches_per_step):.0f} launches a step)")
+    print("| launch | a step | blocks | step share us | wait us | work us | early us | tail us |")
+    print("|---|---|---|---|---|---|---|---|")
+    order = sorted(per_name, key=lambda n: -med(per_name[n]["share"]))
+    for name in order:
+        d = per_name[name]
+        n = len(d["wait"]) / (len(steps) - 1)
+        print(f"| {name} | {n:.0f} | {med(d['blocks']):.0f} | {med(d['share']):.1f} | {med(d['wait']):.2f} | "
+              f"{med(d['work']):.2f} | {med(d['early']):.2f} | {med(d['tail']):.2f} |")
+    wait_total = sum(med(per_name[n]["wait"]) * len(per_name[n]["wait"]) / (len(steps) - 1) for n in per_name)
+    print(f"a step {med(step_us):.1f} us, of which waits {wait_total:.1f} us (summed medians)")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])

@@ -1,0 +1,64 @@
+#pragma once
+// The device side of trace.h: RUNAHEAD_TRACE_BLOCK(tag) at the top of a kernel makes its block's
+// thread 0 write one record as it leaves the kernel; pdl_wait() (common.cuh) notes when it
+// returned. Without RUNAHEAD_CUDA_TRACE both are nothing.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/trace.h"
+
+namespace runahead::cuda {
+
+#ifdef RUNAHEAD_CUDA_TRACE
+namespace {
+// This translation unit's pointer to the records (no relocatable device code: a copy a unit,
+// each set through the setter it registers).
+__device__ TraceBuffer trace_buffer;
+struct TraceRegistration {
+  TraceRegistration() {
+    trace_setters().push_back(
+        [](const TraceBuffer& b) { return int(cudaMemcpyToSymbol(trace_buffer, &b, sizeof b)); });
+  }
+};
+const TraceRegistration trace_registration;
+}  // namespace
+
+__device__ __forceinline__ uint64_t trace_time() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ uint64_t& trace_waited() {
+  __shared__ uint64_t waited;
+  return waited;
+}
+__device__ __forceinline__ void trace_note_wait() {
+  if (threadIdx.x == 0) trace_waited() = trace_time();
+}
+struct TraceBlock {
+  uint64_t start = 0;
+  uint32_t tag;
+  __device__ explicit TraceBlock(TraceTag t) : tag(uint32_t(t)) {
+    if (threadIdx.x == 0) {
+      start = trace_time();
+      trace_waited() = 0;
+    }
+  }
+  __device__ ~TraceBlock() {
+    if (threadIdx.x != 0 || !trace_buffer.records) return;
+    const unsigned i = atomicAdd(trace_buffer.count, 1u);
+    if (i >= trace_buffer.capacity) return;
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    const uint32_t block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    trace_buffer.records[i] = TraceRecord{tag, block, sm, 0, start, trace_waited(), trace_time()};
+  }
+};
+#define RUNAHEAD_TRACE_BLOCK(tag) const ::runahead::cuda::TraceBlock trace_block_(::runahead::cuda::TraceTag::tag)
+#else
+__device__ __forceinline__ void trace_note_wait() {}
+#define RUNAHEAD_TRACE_BLOCK(tag) static_assert(true)
+#endif
+
+}  // namespace runahead::cuda
