@@ -15,8 +15,12 @@
 // weights to f16, which is llama.cpp's own precision, not the arithmetic under test.
 // Measured (20 runs, the 17M-parameter v2 model, issue 12): F32 greedy runs identical 20/20
 // (19/20 with llama.cpp's F16 cache), log-probs within 6e-5, top-1 100%; Q8_0 17-18/20 (16/20
-// with the F16 cache), top-1 99.69-99.77%; Q4_K_M (widened) 17-18/20, top-1 99.53-99.69% (the range
-// spans a change of the CPU's q . k summation order: the same runs part at other near-ties). Why the quantized
+// with the F16 cache), top-1 99.69-99.92%; Q4_K_M (widened) 17-18/20, top-1 99.53-99.69% (the ranges
+// span changes of the CPU's summation orders: the same runs part at other near-ties). Tried on
+// 2026-12-05 on top of the RMSNorm's f32 squares (llama.cpp's), each moving the two counts
+// within 15-19/20 with no consistent gain, so not kept: RoPE angles by llama.cpp's recurrence
+// (Q8_0 19, Q4_K_M 15), with Q8_0 rows in tinyBLAS's one-chain order too (17, 15), ggml's expf
+// in SwiGLU instead (18, 17). Why the quantized
 // types stay below 95%: int8 activations (llama.cpp's quantize_row_q8_0 and q8_K, which
 // ours follow step for step, f16 scale included) turn last-bit differences of float summation
 // order into whole quantization steps. A 1e-7 relative perturbation of every matmul output

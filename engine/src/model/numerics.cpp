@@ -50,7 +50,10 @@ std::vector<float> widen(const Tensor& t) {
 
 void rmsnorm_row(const float* x, const float* w, float eps, int h, float* y) {
   double sum_sq = 0.0;
-  for (int i = 0; i < h; ++i) sum_sq += double(x[i]) * x[i];
+  // Each square rounded to f32 before the f64 sum, as llama.cpp's rms_norm does (and
+  // transformers' f32 pow): a GGUF's int8 activations then start from its norm's bits more
+  // often (Q8_0 greedy runs identical to llama.cpp's 17 -> 18 of 20, top-1 99.77 -> 99.92 %).
+  for (int i = 0; i < h; ++i) sum_sq += double(x[i] * x[i]);
   const float scale = 1.0f / std::sqrt(float(sum_sq / h) + eps);
   for (int i = 0; i < h; ++i) y[i] = x[i] * scale * w[i];
 }
