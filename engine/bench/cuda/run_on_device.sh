@@ -12,7 +12,7 @@
 #   cp -r /usr/share/cmake/nlohmann_json .devdeps/share/cmake/ && cp -r /usr/lib/cmake/doctest .devdeps/lib/cmake/
 #   sed -i 's|set(_IMPORT_PREFIX "/usr")|get_filename_component(_IMPORT_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)|' \
 #     .devdeps/lib/cmake/doctest/doctestTargets.cmake
-# Switches: SHAPES, FP8, Q8_0, Q4_K_M, PER_OP_COMPARE, DEMO, DEMO_MAX_DRAFT, TIMELINE, NCU, SKIP_SANITIZER, ALL_TESTS, GOLDENS, BASE (see below).
+# Switches: SHAPES, FP8, Q8_0, Q4_K_M, PER_OP_COMPARE, DEMO, DEMO_MAX_DRAFT, TIMELINE, TRACE_STEPS, NCU, SKIP_SANITIZER, ALL_TESTS, GOLDENS, BASE (see below).
 # GOLDENS=1 first writes the transformers goldens of the newer architectures (qwen3, llama3) into
 # test/fixtures/models/ with test/fixtures/make_fixtures.py --only (they come back in $OUT/fixtures/).
 # BASE=<commit> (e.g. BASE=HEAD~3) also builds that commit (git worktree, or BASE_SRC below, in $BUILD-base)
@@ -193,6 +193,23 @@ if [ "${TIMELINE:-1}" = 1 ]; then
       --tokens 256 > "$OUT/timeline.txt" 2>&1
     log "timeline $model: exit $?"
     cat "$OUT/timeline.txt" | tee -a "$OUT/summary.txt"
+  done
+fi
+
+# TRACE_STEPS=1: an engine built with the kernel timeline (-DRUNAHEAD_CUDA_TRACE=ON, in
+# $BUILD-trace) traces 4 decode steps of each TRACE_CASES "shape:weights" with the defaults and
+# with each of TRACE_ENV's switches; trace_step.py says where each step's time goes, launch by launch.
+if [ "${TRACE_STEPS:-0}" = 1 ]; then
+  cmake -S engine -B "$BUILD-trace" "${ARGS[@]}" -DRUNAHEAD_CUDA_TRACE=ON -DRUNAHEAD_TESTS=OFF > "$OUT/trace-build.txt" 2>&1 &&
+    ninja -C "$BUILD-trace" -j16 runahead-engine >> "$OUT/trace-build.txt" 2>&1
+  log "trace build: exit $?"
+  for case in ${TRACE_CASES:-qwen2.5-coder-1.5b:q4_k_m qwen2.5-coder-7b:q4_k_m}; do
+    for v in "" ${TRACE_ENV:-}; do
+      # shellcheck disable=SC2086  # v is one NAME=VALUE (or nothing) for env
+      timeout 120 env $v "$BUILD-trace/runahead-engine" bench --backend cuda --random-shape "${case%%:*}" --ctx 512         --tokens 64 --prefill 0 --reps 5 --weights "${case#*:}" --json --trace-out "$OUT/trace.csv" > /dev/null 2> "$OUT/trace.err"
+      log "trace $case ${v:-defaults}: exit $?"
+      python3 engine/bench/cuda/trace_step.py "$OUT/trace.csv" | tee -a "$OUT/summary.txt"
+    done
   done
 fi
 
