@@ -165,7 +165,7 @@ double time_decode_steps(CudaBackend& backend, int steps) {
 
 // The blocks of `steps` greedy decode steps replayed back to back, one CSV row each (trace.h): the
 // kernel, block, multiprocessor, and when it started, passed its pdl_wait and left, in ns from the
-// first start (waited -1 where block 0's thread 0 did not wait). The KV cache grows by `steps`.
+// first start (waited -1 where the block's thread 0 did not wait). The KV cache grows by `steps`.
 void write_trace(CudaBackend& backend, const std::string& file, int steps) {
   StepParts& p = backend.step_parts();
   const cudaGraphExec_t step = p.greedy_step_graph();

@@ -11,21 +11,10 @@ namespace runahead::cuda {
 
 const char* trace_tag_name(TraceTag tag) {
   switch (tag) {
-    case TraceTag::none: return "none";
-    case TraceTag::embedding: return "embedding";
-    case TraceTag::qkv_ring: return "qkv_ring";
-    case TraceTag::qkv_warps: return "qkv_warps";
-    case TraceTag::bias_rope: return "bias_rope";
-    case TraceTag::bias_qk_norm_rope: return "bias_qk_norm_rope";
-    case TraceTag::attention: return "attention";
-    case TraceTag::residual_ring: return "residual_ring";
-    case TraceTag::residual_warps: return "residual_warps";
-    case TraceTag::gate_up_ring: return "gate_up_ring";
-    case TraceTag::gate_up_warps: return "gate_up_warps";
-    case TraceTag::quantize_inputs: return "quantize_inputs";
-    case TraceTag::lm_head: return "lm_head";
-    case TraceTag::advance_position: return "advance_position";
-    case TraceTag::persistent_step: return "persistent_step";
+#define RUNAHEAD_TRACE_TAG_NAME(name) \
+  case TraceTag::name: return #name;
+    RUNAHEAD_TRACE_TAGS(RUNAHEAD_TRACE_TAG_NAME)
+#undef RUNAHEAD_TRACE_TAG_NAME
   }
   return "unknown";
 }

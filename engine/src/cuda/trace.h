@@ -1,32 +1,22 @@
 #pragma once
 // A timeline of the kernels of a decode step, block by block, for the bench (`bench --backend cuda
-// --trace-out FILE`): only in a build with -DRUNAHEAD_CUDA_TRACE=ON (CMake option), where every
-// traced kernel's block 0 thread writes one record as it leaves: its kernel, block,
+// --trace-out FILE`): only in a build with -DRUNAHEAD_CUDA_TRACE=ON (CMake option), where thread 0
+// of every block of every traced kernel writes one record as it leaves: its kernel, block,
 // multiprocessor, and the global timer (ns) when it started, when its pdl_wait returned and when
 // it left. In every other build the kernels carry nothing of it (trace.cuh).
 #include <cstdint>
-#include <string>
 #include <vector>
 
 namespace runahead::cuda {
 
-enum class TraceTag : uint32_t {
-  none,
-  embedding,
-  qkv_ring,
-  qkv_warps,
-  bias_rope,
-  bias_qk_norm_rope,
-  attention,
-  residual_ring,
-  residual_warps,
-  gate_up_ring,
-  gate_up_warps,
-  quantize_inputs,
-  lm_head,
-  advance_position,
-  persistent_step,
-};
+// The traced kernels, by name (the CSV writes these).
+#define RUNAHEAD_TRACE_TAGS(X)                                                                        \
+  X(none) X(embedding) X(qkv_ring) X(qkv_warps) X(bias_rope) X(bias_qk_norm_rope) X(attention)          \
+  X(residual_ring) X(residual_warps) X(gate_up_ring) X(gate_up_warps) X(quantize_inputs) X(lm_head)     \
+  X(advance_position) X(persistent_step)
+#define RUNAHEAD_TRACE_TAG_ENUM(name) name,
+enum class TraceTag : uint32_t { RUNAHEAD_TRACE_TAGS(RUNAHEAD_TRACE_TAG_ENUM) };
+#undef RUNAHEAD_TRACE_TAG_ENUM
 const char* trace_tag_name(TraceTag tag);
 
 struct TraceRecord {
