@@ -2,9 +2,8 @@
 // one instruction. Its 256-bit (AVX-512VL) form: a 32-weight block fills exactly one
 // vector and decode is bound by memory, not by the dot products. Q8_0, the shipped model's
 // format, has a 512-bit tile of its own: two blocks per vector and no sign folding.
-// This file is built with -mavx512f/bw/vl/dq; VNNI is enabled here, and the table is only
+// This file is built with -mavx512f/bw/vl/dq and -mavx512vnni (CMakeLists.txt); the table is only
 // offered when the CPU reports avx512vnni (quant_kernels.cpp).
-#pragma GCC target("avx512vnni")
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <vector>

@@ -2,9 +2,8 @@
 // the VEX-encoded vpdpbusd (u8 x s8 -> s32, four-way) and vpdpwssd (s16 pairs summed into an
 // accumulator), one instruction each where plain AVX2 takes vpmaddubsw + vpmaddwd (+ vpaddd).
 // Same integer sums, same float order: the results equal the AVX2 table's bit for bit.
-// This file is built with the AVX2 flags; AVX-VNNI is enabled here, and the table is only
+// This file is built with the AVX2 flags and -mavxvnni (CMakeLists.txt); the table is only
 // offered when the CPU reports avxvnni (quant_kernels.cpp).
-#pragma GCC target("avxvnni")
 #include "cpu/simd/quant_matvec_rows.h"
 
 namespace runahead {
