@@ -169,24 +169,19 @@ TEST_CASE("cuda ops: rmsnorm_qkv_rope_append, attention, residual, gate_up_swigl
 
     // Attention over the cache as the projection left it, decode and prefill kernels.
     // Each split count merged through global memory, and in a cluster where one runs.
-    // In a cluster: the partials loaded from the other blocks, or pushed into block 0 (with 8 or
-    // 12 positions a lane in flight).
+    // In a cluster: the partials loaded from the other blocks, or pushed into block 0.
     struct Merge {
       int splits;
       bool cluster;
-      int push;
+      bool push;
     };
-    for (const auto& [splits, cluster, push] : {Merge{1, false, 0}, {3, false, 0}, {16, false, 0}, {3, true, 0},
-                                                 {16, true, 0}, {3, true, 1}, {16, true, 1}, {16, true, 12}}) {
+    for (const auto& [splits, cluster, push] : {Merge{1, false, false}, {3, false, false}, {16, false, false},
+                                                 {3, true, false}, {16, true, false}, {3, true, true}, {16, true, true}}) {
       CAPTURE(splits);
       CAPTURE(cluster);
       CAPTURE(push);
       if (cluster && !rings_run_here()) continue;  // clusters: Hopper on
       if (cluster) REQUIRE(attention_cluster_fits(splits));
-      if (cluster && push == 12 && !attention_cluster_fits(splits, 12)) {
-        MESSAGE("clusters of " << splits << " push-12 blocks do not fit here (the backend falls back to push 1)");
-        continue;
-      }
       if (cluster) REQUIRE(attention_cluster_fits(splits, push));
       AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, cluster, dk, dv);
       run.att.push = push;
@@ -280,19 +275,15 @@ TEST_CASE("cuda ops: decode attention over long contexts with grouped query head
   struct Merge {
     int splits;
     bool cluster;
-    int push;  // DecodeAttention::push
+    bool push;  // DecodeAttention::push
   };
-  for (const auto& [splits, cluster, push] : {Merge{1, false, 0}, {5, false, 0}, {32, false, 0}, {5, true, 0},
-                                               {16, true, 0}, {5, true, 1}, {16, true, 1}, {5, true, 12}}) {
+  for (const auto& [splits, cluster, push] : {Merge{1, false, false}, {5, false, false}, {32, false, false},
+                                               {5, true, false}, {16, true, false}, {5, true, true}, {16, true, true}}) {
     CAPTURE(splits);
     CAPTURE(cluster);
     CAPTURE(push);
     if (cluster && !rings_run_here()) continue;
     if (cluster) REQUIRE(attention_cluster_fits(splits));
-    if (cluster && push == 12 && !attention_cluster_fits(splits, 12)) {
-      MESSAGE("clusters of " << splits << " push-12 blocks do not fit here (the backend falls back to push 1)");
-      continue;
-    }
     if (cluster) REQUIRE(attention_cluster_fits(splits, push));
     AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, cluster, dk, dv);
     DecodeAttention& att = run.att;

@@ -16,7 +16,7 @@ namespace runahead::cuda {
 namespace {
 
 constexpr int kMaxHeadDim = 128;
-constexpr int kDefaultBatch = 8;
+constexpr int kBatch = 8;
 
 // The cluster's barrier (every thread of every block arrives; release/acquire orders the
 // shared-memory writes before it with the reads after it), this block's rank in it, and a
@@ -70,7 +70,7 @@ __device__ __forceinline__ void cluster_store(float* p, unsigned rank, float v) 
 // after one barrier arrival; block 0 waits once and merges from its own shared memory (else
 // every block keeps its partial, all meet at a barrier, block 0 loads the others' partials,
 // and all meet again so that they stay until it has).
-template <int kThreads, bool kCluster, bool kPush = false, int kBatch = kDefaultBatch>
+template <int kThreads, bool kCluster, bool kPush = false>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttention a, const float* q,
                                                                    const int* pos, float* out) {
   RUNAHEAD_TRACE_BLOCK(attention);
@@ -264,8 +264,8 @@ int forced_threads() {
 }
 // The cluster kernel, allowed (once) clusters of up to kMaxAttentionCluster blocks, past the
 // portable 8.
-template <int kThreads, bool kPush, int kBatch = kDefaultBatch> auto cluster_kernel() {
-  const auto kernel = attention_decode_kernel<kThreads, true, kPush, kBatch>;
+template <int kThreads, bool kPush> auto cluster_kernel() {
+  const auto kernel = attention_decode_kernel<kThreads, true, kPush>;
   static const bool allowed = (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                                           "cudaFuncSetAttribute(attention cluster)"),
                                true);
@@ -276,9 +276,8 @@ template <int kThreads, bool kPush, int kBatch = kDefaultBatch> auto cluster_ker
 template <int kThreads, bool kCluster> void launch(const DecodeAttention& a, const float* q, int n, const int* pos,
                                                    float* out, cudaStream_t stream) {
   const auto kernel = !kCluster            ? attention_decode_kernel<kThreads, false>
-                      : a.push == 12 ? cluster_kernel<kThreads, true, 12>()
-                      : a.push == 1  ? cluster_kernel<kThreads, true>()
-                                     : cluster_kernel<kThreads, false>();
+                      : a.push ? cluster_kernel<kThreads, true>()
+                               : cluster_kernel<kThreads, false>();
   launch_pdl_clusters(kCluster ? unsigned(a.splits) : 0u, kernel, dim3(a.splits, a.heads, n), dim3(kThreads), 0,
                       stream, a, q, pos, out);
 }
@@ -309,16 +308,12 @@ int threads_for(const DecodeAttention& a, int n) {
 // (v27); at context 2048 the 1.5B 1.190 -> 1.189.
 int attention_splits(int heads, int sms) { return std::clamp((3 * sms + heads - 1) / heads, 1, kWarp); }
 
-bool attention_cluster_fits(int splits, int push) {
+bool attention_cluster_fits(int splits, bool push) {
   if (splits < 2 || splits > kMaxAttentionCluster || !bulk_copies_on()) return false;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(splits, 1, 1);
   config.blockDim = dim3(256);  // the wider block (the narrower one fits where it does)
-  // The kernel that will run: push = 12 takes ~172 registers a thread (one 256-thread block a
-  // multiprocessor), where the others take ~126.
-  const auto kernel = push == 12 ? cluster_kernel<256, true, 12>()
-                      : push == 1 ? cluster_kernel<256, true>()
-                                  : cluster_kernel<256, false>();
+  const auto kernel = push ? cluster_kernel<256, true>() : cluster_kernel<256, false>();  // the one that will run
   cudaLaunchAttribute attr = cluster_attribute(unsigned(splits));
   config.attrs = &attr;
   config.numAttrs = 1;

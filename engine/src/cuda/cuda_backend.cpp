@@ -600,13 +600,12 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     if (const char* splits = std::getenv("RUNAHEAD_CUDA_ATTENTION_SPLITS"))
       attention_.splits = std::clamp(std::atoi(splits), 1, 32);
     attention_.cluster = try_cluster && attention_cluster_fits(attention_.splits);
-    // RUNAHEAD_CUDA_ATTENTION_PUSH=1|12: the splits push their partials into the cluster's block 0
-    // (DecodeAttention::push; not yet measured on a GPU, so not the default).
+    // In a cluster the splits push their partials into its block 0 (DecodeAttention::push; H100,
+    // ms/token, 1.5B Q4_K_M 1.060 -> 1.046, 7B 2.347 -> 2.329, 7B Q8_0 3.207 -> 3.181: NOTES v33)
+    // where its clusters fit; RUNAHEAD_CUDA_ATTENTION_PUSH=0: block 0 loads them, to measure.
     const char* push = std::getenv("RUNAHEAD_CUDA_ATTENTION_PUSH");
-    attention_.push = !push ? 0 : std::string(push) == "1" ? 1 : std::string(push) == "12" ? 12 : 0;
-    // Where its kernel's clusters do not fit, 12 falls back to 1, and 1 to the loads.
-    if (attention_.cluster && attention_.push == 12 && !attention_cluster_fits(attention_.splits, 12)) attention_.push = 1;
-    if (attention_.cluster && attention_.push == 1 && !attention_cluster_fits(attention_.splits, 1)) attention_.push = 0;
+    attention_.push = attention_.cluster && !(push && std::string(push) == "0") &&
+                      attention_cluster_fits(attention_.splits, true);
     attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
     attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
     check_cuda(cudaMemset(attention_counters_.get(), 0, attention_counters_.bytes()), "cudaMemset");
@@ -637,7 +636,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // o_proj's int8 inputs written by attention's merge instead of by a launch of their own;
     // RUNAHEAD_CUDA_FUSED_Q8=0 keeps the launch, to measure what this gains.
     // RUNAHEAD_CUDA_GATE_UP_Q8=1 (with it): one token's down inputs written by gate/up's ring
-    // where it runs (not yet measured on a GPU, so not the default).
+    // where it runs; slower (H100: 1.5B Q4_K_M +1.7 %, 7B +0.8 %, 7B Q8_0 +6.8 %: the counting
+    // adds ~3 us to gate/up's tiles, more than down's launch cost; NOTES v33), so not the default.
     const char* fused = std::getenv("RUNAHEAD_CUDA_FUSED_Q8");
     attention_q8_ = reads_int8(layer_dtype_) && hd % 32 == 0 && !(fused && std::string(fused) == "0");
     const char* gate_up_q8 = std::getenv("RUNAHEAD_CUDA_GATE_UP_Q8");

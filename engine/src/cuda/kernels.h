@@ -115,10 +115,9 @@ constexpr int kMaxAttentionCluster = 16;  // blocks of a cluster (beyond the por
 struct DecodeAttention {
   int heads = 0, kv_heads = 0, head_dim = 0, capacity = 0, splits = 0;
   bool cluster = false;
-  // With `cluster`: 0, block 0 loads the other splits' partials from their shared memory (two
-  // cluster barriers); 1, each split stores its partial into block 0's and leaves (one); 12, that
-  // with 12 positions a lane in flight rather than 8.
-  int push = 0;
+  // With `cluster`: each split stores its partial into block 0's shared memory and leaves (one
+  // cluster barrier); false: block 0 loads the other splits' partials from theirs (two).
+  bool push = false;
   const float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
   const float* v_cache = nullptr;
   float* partial = nullptr;  // attention_partial_floats(...)
@@ -129,7 +128,7 @@ struct DecodeAttention {
 };
 int attention_splits(int heads, int sms);
 // Whether clusters of `splits` attention blocks run on this device (with DecodeAttention::push).
-bool attention_cluster_fits(int splits, int push = 0);
+bool attention_cluster_fits(int splits, bool push = false);
 size_t attention_partial_floats(int heads, int head_dim, int splits);
 void attention_decode(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
                       cudaStream_t stream);
