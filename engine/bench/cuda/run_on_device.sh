@@ -206,7 +206,8 @@ if [ "${TRACE_STEPS:-0}" = 1 ]; then
   for case in ${TRACE_CASES:-qwen2.5-coder-1.5b:q4_k_m qwen2.5-coder-7b:q4_k_m}; do
     for v in "" ${TRACE_ENV:-}; do
       # shellcheck disable=SC2086  # v is one NAME=VALUE (or nothing) for env
-      timeout 120 env $v "$BUILD-trace/runahead-engine" bench --backend cuda --random-shape "${case%%:*}" --ctx 512         --tokens 64 --prefill 0 --reps 5 --weights "${case#*:}" --json --trace-out "$OUT/trace.csv" > /dev/null 2> "$OUT/trace.err"
+      timeout 120 env $v "$BUILD-trace/runahead-engine" bench --backend cuda --random-shape "${case%%:*}" --ctx 512 \
+        --tokens 64 --prefill 0 --reps 5 --weights "${case#*:}" --json --trace-out "$OUT/trace.csv" > /dev/null 2> "$OUT/trace.err"
       log "trace $case ${v:-defaults}: exit $?"
       python3 engine/bench/cuda/trace_step.py "$OUT/trace.csv" | tee -a "$OUT/summary.txt"
     done

@@ -600,10 +600,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     if (const char* splits = std::getenv("RUNAHEAD_CUDA_ATTENTION_SPLITS"))
       attention_.splits = std::clamp(std::atoi(splits), 1, 32);
     attention_.cluster = try_cluster && attention_cluster_fits(attention_.splits);
-    // In a cluster the splits push their partials into its block 0 (DecodeAttention::push; H100,
-    // ms/token, 1.5B Q4_K_M 1.060 -> 1.046, 7B 2.347 -> 2.329, 7B Q8_0 3.207 -> 3.181; H200 within
-    // noise, 0.970 -> 0.971 and 1.941 -> 1.950: NOTES v33)
-    // where its clusters fit; RUNAHEAD_CUDA_ATTENTION_PUSH=0: block 0 loads them, to measure.
+    // In a cluster, where its clusters fit, the splits push their partials into its block 0
+    // (DecodeAttention::push; H100, ms/token, 1.5B Q4_K_M 1.060 -> 1.046, 7B 2.347 -> 2.329,
+    // 7B Q8_0 3.207 -> 3.181; H200 within noise, 0.970 -> 0.971 and 1.941 -> 1.950: NOTES v33);
+    // RUNAHEAD_CUDA_ATTENTION_PUSH=0: block 0 loads them, to measure.
     const char* push = std::getenv("RUNAHEAD_CUDA_ATTENTION_PUSH");
     attention_.push = attention_.cluster && !(push && std::string(push) == "0") &&
                       attention_cluster_fits(attention_.splits, true);
