@@ -373,6 +373,19 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
     auto [planar, plain] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_PLANAR", "1");
     unsetenv("RUNAHEAD_CUDA_KQ_RING");
     unsetenv("RUNAHEAD_CUDA_KQ_RING_QKV");
+    // blocks that take their later tiles as they free stages (ring_cursor) against in turn, with
+    // two blocks a ring so that most tiles are taken: the same sums, step after step (each
+    // launch leaves its pair of ints zero for the next step's)
+    setenv("RUNAHEAD_CUDA_RING_BLOCKS", "2", 1);
+    setenv("RUNAHEAD_CUDA_KQ_RING", "force", 1);
+    setenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL", "1", 1);
+    {
+      auto [taken, in_turn] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_RING_CURSOR", "1", "ring_tiles_taken_as_stages_free");
+      CHECK(decode_gap(*taken, *in_turn, V, 6) == 0.0);
+    }
+    unsetenv("RUNAHEAD_CUDA_RING_BLOCKS");
+    unsetenv("RUNAHEAD_CUDA_KQ_RING");
+    unsetenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL");
     CHECK(planar->describe()["optimizations"]["kquant_pair_planar_inputs"] == true);
     CHECK(plain->describe()["optimizations"]["kquant_pair_planar_inputs"] == false);
     CHECK(plain->describe()["optimizations"]["kquant_gate_up_ring"] == true);

@@ -181,10 +181,16 @@ void write_trace(CudaBackend& backend, const std::string& file, int steps) {
   if (dropped > 0) throw EngineError("cuda_error", "the trace dropped " + std::to_string(dropped) + " records");
   uint64_t t0 = UINT64_MAX;
   for (const TraceRecord& r : records) t0 = std::min(t0, r.start);
-  out << "kernel,block,sm,start_ns,waited_ns,end_ns\n";
-  for (const TraceRecord& r : records)
+  const auto at = [&](uint64_t t) { return t ? int64_t(t - t0) : int64_t(-1); };
+  out << "kernel,block,sm,start_ns,waited_ns,end_ns";
+  for (int m = 1; m <= kTraceMarks; ++m) out << ",mark" << m << "_ns";
+  out << '\n';
+  for (const TraceRecord& r : records) {
     out << trace_tag_name(TraceTag(r.tag)) << ',' << r.block << ',' << r.sm << ',' << r.start - t0 << ','
-        << (r.waited ? int64_t(r.waited - t0) : int64_t(-1)) << ',' << r.end - t0 << '\n';
+        << at(r.waited) << ',' << r.end - t0;
+    for (uint64_t m : r.mark) out << ',' << at(m);
+    out << '\n';
+  }
   if (!out) throw EngineError("usage", "cannot write the trace to " + file);
 }
 

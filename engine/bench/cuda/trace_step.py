@@ -13,7 +13,10 @@ a step begins at its embedding launch. Each launch is named by its kernel and th
   early       how long before the previous launch's end its first block started (PDL overlap)
   tail        its last block's end minus the median block's end
 Medians over the launches of that name in all steps but the first; step share summed over a step.
-Usage: python3 trace_step.py TRACE.csv
+With a kernel's name after the file, also where its blocks' time goes between their wait and their
+end: the median block's marks (trace_mark, the kernel's comment says where each is), each from its
+block's wait, for the blocks that reached each mark; blocks grouped by the last mark they reached.
+Usage: python3 trace_step.py TRACE.csv [KERNEL]
 """
 import csv
 import statistics
@@ -38,10 +41,31 @@ def launches(rows):
     return out
 
 
-def main(path):
+def marks_of(path, kernel, rows):
+    blocks = [r for r in rows if r["kernel"] == kernel and r["waited"] >= 0]
+    if not blocks:
+        sys.exit(f"trace_step.py: no block of {kernel} passed a wait in {path}")
+    groups = defaultdict(list)
+    for r in blocks:
+        groups[max([0] + [m + 1 for m, t in enumerate(r["marks"]) if t >= 0])].append(r)
+    med = statistics.median
+    print(f"{kernel}: us from each block's wait, medians")
+    print("| blocks | last mark | " + " | ".join(f"mark {m + 1}" for m in range(len(blocks[0]["marks"]))) + " | end |")
+    print("|---|---|" + "---|" * (len(blocks[0]["marks"]) + 1))
+    for last in sorted(groups):
+        g = groups[last]
+        cells = []
+        for m in range(len(g[0]["marks"])):
+            reached = [r["marks"][m] - r["waited"] for r in g if r["marks"][m] >= 0]
+            cells.append(f"{med(reached) / 1e3:.2f}" if reached else "-")
+        print(f"| {len(g)} | {last} | " + " | ".join(cells) + f" | {med(r['end'] - r['waited'] for r in g) / 1e3:.2f} |")
+
+
+def main(path, kernel=None):
     with open(path) as f:
         rows = [{"kernel": r["kernel"], "block": int(r["block"]), "start": int(r["start_ns"]),
-                 "waited": int(r["waited_ns"]), "end": int(r["end_ns"])} for r in csv.DictReader(f)]
+                 "waited": int(r["waited_ns"]), "end": int(r["end_ns"]),
+                 "marks": [int(v) for k, v in r.items() if k.startswith("mark")]} for r in csv.DictReader(f)]
     ls = launches(rows)
     steps, prev = [], None
     for l in ls:
@@ -86,9 +110,11 @@ def main(path):
               f"{med(d['work']):.2f} | {med(d['early']):.2f} | {med(d['tail']):.2f} |")
     wait_total = sum(med(per_name[n]["wait"]) * len(per_name[n]["wait"]) / (len(steps) - 1) for n in per_name)
     print(f"a step {med(step_us):.1f} us, of which waits {wait_total:.1f} us (summed medians)")
+    if kernel:
+        marks_of(path, kernel, rows)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
-    main(sys.argv[1])
+    main(*sys.argv[1:])

@@ -66,6 +66,9 @@ __device__ __forceinline__ void cluster_store(float* p, unsigned rank, float v) 
 // once. The cache rows before *pos were written by earlier steps, so the first round of them
 // is loaded before pdl_wait, beside the previous kernel (q/k/v, which appends this step's
 // rows); the rows from *pos on are loaded after it.
+// Trace marks (trace.h): 1 its positions summed, 2 its partial's stores begin (pushed: every
+// block of the cluster has started), 3 the merging block has every partial (pushed), 4 it has
+// their weights.
 // kPush (with kCluster): each block stores its partial into the cluster's block 0 and leaves
 // after one barrier arrival; block 0 waits once and merges from its own shared memory (else
 // every block keeps its partial, all meet at a barrier, block 0 loads the others' partials,
@@ -155,6 +158,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
       m = m_new;
     }
   }
+  trace_mark(0);
   group_acc[threadIdx.x] = acc;  // = group * cols + col
   if (col == 0) group_m[group] = m, group_l[group] = l;
   __syncthreads();
@@ -167,6 +171,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   // Split s's partial in global memory (without a cluster).
   const auto slot = [&](int s) { return a.partial + ((size_t(t) * a.heads + h) * S + s) * (size_t(hd) + 2); };
   if constexpr (kPushed) cluster_wait();  // every block has started: block 0's shared memory is there
+  trace_mark(1);
   const auto put = [&](int at, float v) {
     if constexpr (kPushed)
       cluster_store(gathered + split * (hd + 2) + at, 0u, v);
@@ -200,6 +205,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
     merges = cluster_rank() == 0;
     if (!merges) return;
     cluster_wait();
+    trace_mark(2);
   } else if constexpr (kPulled) {
     cluster_sync();
     merges = cluster_rank() == 0;
@@ -237,6 +243,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   if constexpr (kPulled) cluster_sync();  // the other blocks' shared memory stays until it is read
   if (!merges) return;
   __syncthreads();
+  trace_mark(3);
   if (d >= hd) return;  // whole warps (head_dim a multiple of 32 when quantizing)
   const int width = a.heads * hd;
   float num = 0.0f;

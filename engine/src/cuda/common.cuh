@@ -492,13 +492,19 @@ constexpr int kPreloads = 4;  // floats a preload leaves a lane (here and in rin
 struct NoPreload {
   __device__ void operator()(int, float (&)[kPreloads]) const {}
 };
+// cursor (zero before the launch; the caller sets it back to zero once every block is done):
+// after its first units, each block takes the next ones not yet taken (a count in *cursor past
+// the first round) instead of striding, so blocks that run faster take more.
 template <class W, int R, int NT, class RowsOf, class Epilogue, class Preload = NoPreload>
 __device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int split, const float* x, int ldx,
                                            int n, const float* g, float* red, RowsOf rows_of, Epilogue epilogue,
-                                           const Q8Inputs& q8 = {}, Preload preload = {}) {
+                                           const Q8Inputs& q8 = {}, Preload preload = {}, int* cursor = nullptr) {
   const GemvSplit s(split, m.K / Chunk<W>::kElems);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  for (int base = blockIdx.x * s.units_per_block(); base < units; base += gridDim.x * s.units_per_block()) {
+  __shared__ int next_base;
+  for (int base = blockIdx.x * s.units_per_block(); base < units;) {
+    int taken = 0;  // thread 0: the next units, asked for now, read after this round's sums
+    if (cursor && threadIdx.x == 0) taken = int(gridDim.x) * s.units_per_block() + atomicAdd(cursor, s.units_per_block());
     const int u = base + s.slot;
     float acc[R][NT];
     int rows[R];
@@ -556,6 +562,14 @@ __device__ __forceinline__ void block_gemv(const RowMatrix<W>& m, int units, int
           for (int t = 0; t < NT; ++t) acc[r][t] *= scale;
         }
       epilogue(u, acc, pre);
+    }
+    if (cursor) {
+      if (threadIdx.x == 0) next_base = taken;
+      __syncthreads();
+      base = next_base;
+      __syncthreads();
+    } else {
+      base += gridDim.x * s.units_per_block();
     }
   }
 }

@@ -234,6 +234,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"fused_rmsnorm_qkv_rope_kv_append", true},
               {"fused_rmsnorm_gate_up_swiglu", true},
               {"split_k_decode_attention", attention_.splits},
+              {"lm_head_rows_taken_as_blocks_finish", head_cursor_},
+              {"ring_tiles_taken_as_stages_free", ring_cursors_.bytes() > 0},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
@@ -584,8 +586,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     act_ = DeviceBuffer(size_t(kMaxVecTokens) * I * 4);
     logits_d_ = DeviceBuffer(size_t(kMaxVecTokens) * V * 4);
     head_partial_ = DeviceBuffer(size_t(2) * kMaxVecTokens * lm_head_blocks(V, sms_) * 4);
-    head_counter_ = DeviceBuffer(sizeof(int));
-    check_cuda(cudaMemset(head_counter_.get(), 0, sizeof(int)), "cudaMemset");
+    head_counter_ = DeviceBuffer(2 * sizeof(int));  // LmHead's counter and cursor
+    check_cuda(cudaMemset(head_counter_.get(), 0, head_counter_.bytes()), "cudaMemset");
+    // RUNAHEAD_CUDA_LM_HEAD_CURSOR=0: lm_head's blocks take its rows in turn (LmHead::cursor), to measure.
+    const char* head_cursor = std::getenv("RUNAHEAD_CUDA_LM_HEAD_CURSOR");
+    head_cursor_ = !(head_cursor && std::string(head_cursor) == "0");
     attention_.heads = c_.num_heads;
     attention_.kv_heads = c_.num_kv_heads;
     attention_.head_dim = hd;
@@ -674,6 +679,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const int w = warp_split ? std::atoi(warp_split) : 0;
     residual_tuning_.warp_split = w == 1 || w == 2 || w == 4 || w == 8 ? w : 0;
     qkv_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING_QKV");
+    const char* cursor = std::getenv("RUNAHEAD_CUDA_RING_CURSOR");
+    if (!(cursor && std::string(cursor) == "0")) {
+      ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
+      check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");
+    }
   }
 
   // The persistent decode step (decode_step.h): its layer table and scratch.
@@ -931,7 +941,12 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     down_quantized_ = rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
                                              c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
                                              act_.get<float>(), q8_inputs(), sms_, stream_, gate_up_ring_,
-                                             n == 1 ? down_inputs() : DownInputs{});
+                                             n == 1 ? down_inputs() : DownInputs{}, ring_cursor(l, 1));
+  }
+  // Layer l's pair of ints for the ring of its o_proj (0), gate/up (1) or down (2), or null
+  // (RUNAHEAD_CUDA_RING_CURSOR=0: the blocks take their tiles in turn, to measure).
+  int* ring_cursor(int l, int which) const {
+    return ring_cursors_.bytes() ? ring_cursors_.get<int>() + (size_t(l) * 3 + which) * 2 : nullptr;
   }
   // Whether layer l's o_proj and down both go through the bulk-copy ring.
   bool residual_rings(int l) const {
@@ -954,7 +969,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     if (role != Role::WDown) q8.planar = nullptr;
     matvec_residual_add(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
                         int(w.cols()), in, n, x_.get<float>(), q8, sms_, stream_, from_attention || from_gate_up,
-                        residual_ring_, residual_tuning_);
+                        residual_ring_, residual_tuning_, ring_cursor(l, role == Role::Wo ? 0 : 2));
   }
 
   float* buffer(Buffer b) const {
@@ -990,6 +1005,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.vocab = c_.vocab_size;
     a.partial = head_partial_.get<float>();
     a.counter = head_counter_.get<int>();
+    a.cursor = head_cursor_ ? head_counter_.get<int>() + 1 : nullptr;
     a.q8 = q8_inputs();
     rmsnorm_lm_head_argmax(a, x_.get<float>() + size_t(first) * c_.hidden_size, rows, logits_d_.get<float>(), end,
                            sms_, stream_);
@@ -1244,9 +1260,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer attention_partial_, attention_counters_, sampling_d_;
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
+  bool head_cursor_ = true;  // allocate(): LmHead::cursor
   bool down_q8_ = false;  // allocate(): down's inputs quantized by gate/up's ring where it runs
   bool down_quantized_ = false;  // the last gate/up enqueued wrote down's int8 inputs
   DeviceBuffer gate_up_counters_;  // DownInputs::counters
+  DeviceBuffer ring_cursors_;      // ring_cursor(): 3 pairs of ints a layer, or none
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring
   KqRing residual_ring_ = KqRing::Auto;  // allocate(): the same for o_proj and down
   RingTuning residual_tuning_;            // allocate(): their ring's shape (0s: its rule)

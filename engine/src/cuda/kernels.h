@@ -151,7 +151,7 @@ struct RingTuning {
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
-                         KqRing ring = KqRing::Off, RingTuning tuning = {});
+                         KqRing ring = KqRing::Off, RingTuning tuning = {}, int* ring_cursor = nullptr);
 // Whether one token's matvec_residual_add of that matrix goes through the bulk-copy ring
 // (Q4_K rows of one format or Q8_0 rows; ring not Off; a device with bulk copies).
 bool residual_ring_applies(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
@@ -159,6 +159,10 @@ bool residual_ring_applies(const void* w, DType dtype, const void* scale, int ro
 
 // gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
 // u = ... . Wu[j]   w_gate_up: [2I, H], Wg its first I rows, Wu the rest; x: [n, H], act: [n, I]
+// `ring_cursor` (here and in matvec_residual_add; two ints, zero before the first launch, left
+// so by each): where the ring runs, its blocks take their later tiles as they free stages
+// (kquant_ring.cuh RingShape::cursor); a pair for this launch alone, since the next kernel's
+// blocks start before this one ends.
 // `down` (q set; I a multiple of 32): where one token goes through the ring, act is also
 // written quantized per 32 into down.q / down.d as quantize_inputs_q8 would (the same bits),
 // with its pair-planar copy where down.planar is set, so down's matvec_residual_add takes it as
@@ -172,7 +176,8 @@ struct DownInputs {
 };
 bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
-                            cudaStream_t stream, KqRing ring = KqRing::Auto, const DownInputs& down = {});
+                            cudaStream_t stream, KqRing ring = KqRing::Auto, const DownInputs& down = {},
+                            int* ring_cursor = nullptr);
 bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first
@@ -187,6 +192,9 @@ struct LmHead {
   int hidden = 0, vocab = 0;
   float* partial = nullptr;
   int* counter = nullptr;
+  // Zero before the first launch (each launch leaves it so): where set, the blocks take the
+  // vocabulary's rows as they finish the ones before (block_gemv's cursor) instead of in turn.
+  int* cursor = nullptr;
   Q8Scratch q8;
 };
 int lm_head_blocks(int vocab, int sms);

@@ -14,6 +14,7 @@
 // another order. Q8_0 rows (as the device keeps them, common.cuh Q8Weight) are copied as a
 // run's int8 weights and then its f16 scales, and summed by q8_0_dot_rows.
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/bulk_copy.cuh"
@@ -53,6 +54,12 @@ struct RingShape {
   int tiles = 0, stages = 0, staged_bytes = 0, stage_bytes = 0;
   int planar_at = 0;  // where in the staged bytes the inputs' pair-planar copy lies (0: none)
   int split = 1;      // warps a unit (1, 2, 4 or 8): a run of a tile is kRingWarps / split rows
+  // Two ints, zero before the launch and left so by it (one pair a launch of the step: the
+  // next kernel's producers start before this one ends): the tiles taken past the first
+  // `stages` rounds, and the producers done. Where set, a block's tiles after its first
+  // `stages` are the next ones not yet taken rather than every gridDim-th, so blocks that run
+  // faster take more; null: round robin.
+  int* cursor = nullptr;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -65,6 +72,8 @@ struct RingShape {
 // A barrier of the consumer warps alone (the producer warp has left: named barrier 1).
 __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %0;" ::"r"(kRingWarps * kWarp) : "memory"); }
 
+// Trace marks (trace.h, thread 0: consumer warp 0): 1 its first tile's bytes are in, 2 its last
+// tile's, 3 its last epilogue has run.
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
 // synchronise the block) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
 // of the consumer warp that summed unit w of a tile (its first warp where split > 1): `row` is
@@ -86,18 +95,21 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
                                           Preload preload = {}, AfterTile after_tile = {}) {
   constexpr bool kAfterTile = !std::is_same_v<AfterTile, NoAfterTile>;
   static_assert(P <= kPreloads, "a residual's preload leaves a float a run");
-  __shared__ uint64_t full[kRingMaxStages], empty[kRingMaxStages];
+  // known: the stage's tile index is in `tile_in` (with a cursor; -1: no more tiles).
+  __shared__ uint64_t full[kRingMaxStages], empty[kRingMaxStages], known[kRingMaxStages];
+  __shared__ int tile_in[kRingMaxStages];
   unsigned char* ring = smem + s.staged_bytes;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int mine = int(blockIdx.x) < s.tiles ? (s.tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) : 0;
-  // Tile i of this block: its first row, its format, the bytes of a row.
+  const bool taking = RUNAHEAD_RING_DIAG == 0 && s.cursor != nullptr;
+  // Tile `tile`: its first row, its format, the bytes of a row.
   struct Tile {
     int first;
     bool q6;
     size_t row_bytes;
   };
-  const auto tile_of = [&](int i) {
-    const int first = s.first_row(int(blockIdx.x) + i * int(gridDim.x));
+  const auto tile_at = [&](int tile) {
+    const int first = s.first_row(tile);
     const bool q6 = kRows == RingRows::Q6 || (kRows == RingRows::Both && first >= s.q6_from);
     return Tile{first, q6, kRows == RingRows::Q8 ? size_t(s.K) : q6 ? q6k_row_bytes(s.K) : q4k_row_bytes(s.K)};
   };
@@ -105,6 +117,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     for (int i = 0; i < s.stages; ++i) {
       mbarrier_init(&full[i], 1);
       mbarrier_init(&empty[i], kRingWarps);
+      mbarrier_init(&known[i], 1);
     }
     mbarrier_init_fence();
   }
@@ -112,11 +125,20 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   const bool producer = warp == kRingWarps && lane == 0;
   uint64_t policy = 0;
   int issued = 0;
-  const auto issue = [&](int i) {  // this block's i-th tile into stage i % stages
+  bool more = true;  // the producer: tiles may be left
+  const auto issue = [&](int i) {  // this block's i-th tile into stage i % stages (with a cursor: false at the end)
     const int stage = i % s.stages;
-    const Tile t = tile_of(i);
-    const size_t run = s.tile_rows() * t.row_bytes;
     if (i >= s.stages) mbarrier_wait(&empty[stage], (i / s.stages - 1) & 1);
+    int tile = int(blockIdx.x) + i * int(gridDim.x);
+    if (taking) {
+      if (i >= s.stages) tile = s.stages * int(gridDim.x) + atomicAdd(s.cursor, 1);
+      if (tile >= s.tiles) tile = -1;
+      tile_in[stage] = tile;
+      mbarrier_arrive(&known[stage]);
+      if (tile < 0) return false;
+    }
+    const Tile t = tile_at(tile);
+    const size_t run = s.tile_rows() * t.row_bytes;
     unsigned char* dst = ring + size_t(stage) * s.stage_bytes;
     if constexpr (kRows == RingRows::Q8) {  // the runs' weights, then their scales
       const size_t scales = s.tile_rows() * size_t(s.K / 16);
@@ -127,23 +149,31 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
         bulk_load(dst + p * run, s.q8 + r * s.K, unsigned(run), &full[stage], policy);
         bulk_load(dst + P * run + p * scales, s.q8_scales + r * (s.K / 32), unsigned(scales), &full[stage], policy);
       }
-      return;
+      return true;
     }
     mbarrier_expect_bytes(&full[stage], unsigned(P * run));
 #pragma unroll
     for (int p = 0; p < P; ++p)
       bulk_load(dst + p * run, s.row(t.first + p * s.run_rows), unsigned(run), &full[stage], policy);
+    return true;
   };
+  // With a cursor the producer goes on until a tile is past the last (told as -1); without,
+  // to this block's count.
+  const int first_round = taking ? s.stages : min(s.stages, mine);
   if (producer) {
     policy = evict_first_policy();
-    for (; issued < min(s.stages, mine); ++issued) issue(issued);
+    for (; more && issued < first_round; ++issued) more = issue(issued);
   }
   pdl_wait();
   pdl_trigger();
   const Q8Inputs in = inputs();
   if (warp == kRingWarps) {
     if (producer && RUNAHEAD_RING_DIAG != 2)
-      for (; issued < mine; ++issued) issue(issued);
+      for (; more && (taking || issued < mine); ++issued) more = issue(issued);
+    if (producer && taking) {  // every producer done: the last sets the pair back to zero
+      __threadfence();
+      if (atomicAdd(s.cursor + 1, 1) == int(gridDim.x) - 1) s.cursor[0] = 0, s.cursor[1] = 0;
+    }
     return;
   }
   // This warp's unit of a tile and its part of K (chunks [c_begin, c_end)).
@@ -152,14 +182,22 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   const int chunks = s.K / chunk, per_part = (chunks + split - 1) / split;
   const int c_begin = min(chunks, part * per_part), c_end = min(chunks, c_begin + per_part);
   __shared__ float parts[2][kRingWarps][P];  // split > 1: the warps' sums, by tile parity
-  for (int i = 0; i < mine; ++i) {
+  for (int i = 0; taking || i < mine; ++i) {
     const int stage = i % s.stages;
-    const Tile t = tile_of(i);
+    int index = int(blockIdx.x) + i * int(gridDim.x);
+    if (taking) {
+      mbarrier_wait(&known[stage], (i / s.stages) & 1);
+      index = tile_in[stage];
+      if (index < 0) break;
+    }
+    const Tile t = tile_at(index);
     float pre[kPreloads];
 #pragma unroll
     for (int j = 0; j < kPreloads; ++j) pre[j] = 0.0f;
     if (lane == 0 && part == 0) preload(t.first + unit, pre);
     if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], (i / s.stages) & 1);
+    if (i == 0) trace_mark(0);
+    trace_mark(1);  // this tile's bytes are in: the last one stays
     const unsigned char* tile = ring + size_t(stage) * s.stage_bytes;
     const uint8_t* row[P];
 #pragma unroll
@@ -208,6 +246,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
       after_tile(t.first, i);
     }
   }
+  trace_mark(2);
 }
 
 // The inputs of a norm-fused ring (gate/up, q/k/v): x * norm quantized into the block's
@@ -299,12 +338,23 @@ inline RingRows ring_rows(const RingShape& s) {
   return s.q8 ? RingRows::Q8 : !s.q4 ? RingRows::Q6 : !s.q6 ? RingRows::Q4 : RingRows::Both;
 }
 inline size_t ring_smem(const RingShape& s) { return size_t(s.staged_bytes) + size_t(s.stages) * s.stage_bytes; }
-// Blocks for the ring's kernel (its dynamic shared memory set): at most the resident ones.
+// Blocks for the ring's kernel (its dynamic shared memory set): at most the resident ones, and
+// at most RUNAHEAD_CUDA_RING_BLOCKS where that is set (so that tests make blocks take many tiles).
 template <class Kernel> int ring_blocks(Kernel kernel, const RingShape& s, int sms, int& resident) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring_smem(s))),
              "cudaFuncSetAttribute(ring kernel)");
   resident = sms * blocks_per_sm(kernel, kRingThreads, ring_smem(s));
-  return std::min(s.tiles, resident);
+  const char* most = std::getenv("RUNAHEAD_CUDA_RING_BLOCKS");
+  return std::min({s.tiles, resident, most && std::atoi(most) > 0 ? std::atoi(most) : resident});
+}
+
+// The ring takes its later tiles through `cursor` (RingShape::cursor) where its blocks have more
+// tiles than stages (H100, ms/token: 7B Q4_K_M 2.338 -> 2.308, its gate/up's tail 4.4 -> 1.9 us);
+// where every tile is in the first round it cost more than it can gain (the 1.5B's rings,
+// 1.083 -> 1.137, with nothing to take: the producers' count on one word as the tiles stream
+// is the likely cost, not measured apart).
+inline void take_tiles(RingShape& s, int blocks, int* cursor) {
+  s.cursor = s.tiles > s.stages * blocks ? cursor : nullptr;
 }
 
 }  // namespace runahead::cuda

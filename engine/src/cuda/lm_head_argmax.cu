@@ -14,7 +14,8 @@ __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i)
 }
 
 // One pair of vocabulary rows per unit. Each block leaves its best (value, index) per
-// token in `partial`; the last block to finish reduces them and ends the step.
+// token in `partial`; the last block to finish reduces them, every thread a share of the
+// blocks, and ends the step.
 template <class W, int NT>
 __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm_lm_head_argmax_kernel(LmHead a, const float* x, int n,
                                                                              float* logits, StepEnd end,
@@ -55,7 +56,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
                            }
                          }
                        },
-                       in.q8);
+                       in.q8, NoPreload{}, a.cursor);
   if (lane < NT) {
     best_v[warp][lane] = my_v;
     best_i[warp][lane] = my_i;
@@ -76,21 +77,35 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   __syncthreads();
   if (!last) return;
   __threadfence();
-  if (threadIdx.x < n) {
-    const int t = threadIdx.x;
+  for (int t = 0; t < n; ++t) {  // token t's best of every block's: a share of them a thread, then warps, then the block
     float v = -INFINITY;
     int i = 0x7fffffff;
-    for (int b = 0; b < int(gridDim.x); ++b) {
+    for (int b = threadIdx.x; b < int(gridDim.x); b += blockDim.x) {
       const float bv = __ldcg(a.partial + (size_t(b) * n + t) * 2);
       const int bi = __float_as_int(__ldcg(a.partial + (size_t(b) * n + t) * 2 + 1));
       if (better(bv, bi, v, i)) v = bv, i = bi;
     }
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+      if (better(ov, oi, v, i)) v = ov, i = oi;
+    }
+    if (lane == 0) best_v[warp][t] = v, best_i[warp][t] = i;
+  }
+  __syncthreads();
+  if (threadIdx.x < n) {
+    const int t = threadIdx.x;
+    float v = best_v[0][t];
+    int i = best_i[0][t];
+    for (int k = 1; k < kGemvWarps; ++k)
+      if (better(best_v[k][t], best_i[k][t], v, i)) v = best_v[k][t], i = best_i[k][t];
     tokens[t] = i == 0x7fffffff ? 0 : i;  // all NaN: token 0 rather than out of range
   }
   __syncthreads();
   if (threadIdx.x == 0) {
     finish_step(end, tokens, n);
     *a.counter = 0;
+    if (a.cursor) *a.cursor = 0;
   }
 }
 

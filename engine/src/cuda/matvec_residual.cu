@@ -116,11 +116,11 @@ bool residual_ring_applies(const void* w, DType dtype, const void* scale, int ro
 
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized, KqRing ring,
-                         RingTuning tuning) {
+                         RingTuning tuning, int* ring_cursor) {
   // One token's Q4_K rows read the inputs pair-planar where the caller gives the copy's place.
   const Q8Scratch own{q8.q, q8.d, dtype == DType::Q4_K && n == 1 ? q8.planar : nullptr};
   const Q8Inputs inputs{q8.q, q8.d, K, own.planar};
-  if (const RingShape shape = n == 1 ? residual_ring_of(w, dtype, scale, rows, K, ring, tuning) : RingShape{};
+  if (RingShape shape = n == 1 ? residual_ring_of(w, dtype, scale, rows, K, ring, tuning) : RingShape{};
       shape.stages > 0) {
     if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream);
     const bool long_rows = shape.run_rows < rows, split = shape.split > 1;
@@ -135,6 +135,7 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
                                                      : pick(std::integral_constant<RingRows, RingRows::Q4>{});
     int resident = 0;
     const int blocks = ring_blocks(kernel, shape, sms, resident);
+    take_tiles(shape, blocks, ring_cursor);
     launch_pdl(kernel, dim3(blocks), dim3(kRingThreads), ring_smem(shape), stream, shape, x, inputs);
     return;
   }

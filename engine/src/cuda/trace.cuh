@@ -1,7 +1,8 @@
 #pragma once
 // The device side of trace.h: RUNAHEAD_TRACE_BLOCK(tag) at the top of a kernel makes its block's
 // thread 0 write one record as it leaves the kernel; pdl_wait() (common.cuh) notes when it
-// returned. Without RUNAHEAD_CUDA_TRACE both are nothing.
+// returned, and trace_mark(i) when thread 0 passed it. Without RUNAHEAD_CUDA_TRACE all are
+// nothing.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -36,6 +37,13 @@ __device__ __forceinline__ uint64_t& trace_waited() {
 __device__ __forceinline__ void trace_note_wait() {
   if (threadIdx.x == 0) trace_waited() = trace_time();
 }
+__device__ __forceinline__ uint64_t* trace_marks() {
+  __shared__ uint64_t marks[kTraceMarks];
+  return marks;
+}
+__device__ __forceinline__ void trace_mark(int i) {
+  if (threadIdx.x == 0) trace_marks()[i] = trace_time();
+}
 struct TraceBlock {
   uint64_t start = 0;
   uint32_t tag;
@@ -43,6 +51,7 @@ struct TraceBlock {
     if (threadIdx.x == 0) {
       start = trace_time();
       trace_waited() = 0;
+      for (int i = 0; i < kTraceMarks; ++i) trace_marks()[i] = 0;
     }
   }
   __device__ ~TraceBlock() {
@@ -52,12 +61,15 @@ struct TraceBlock {
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     const uint32_t block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    trace_buffer.records[i] = TraceRecord{tag, block, sm, 0, start, trace_waited(), trace_time()};
+    TraceRecord& r = trace_buffer.records[i];
+    r = TraceRecord{tag, block, sm, 0, start, trace_waited(), trace_time(), {}};
+    for (int m = 0; m < kTraceMarks; ++m) r.mark[m] = trace_marks()[m];
   }
 };
 #define RUNAHEAD_TRACE_BLOCK(tag) const ::runahead::cuda::TraceBlock trace_block_(::runahead::cuda::TraceTag::tag)
 #else
 __device__ __forceinline__ void trace_note_wait() {}
+__device__ __forceinline__ void trace_mark(int) {}
 #define RUNAHEAD_TRACE_BLOCK(tag) static_assert(true)
 #endif
 

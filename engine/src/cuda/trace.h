@@ -3,7 +3,9 @@
 // --trace-out FILE`): only in a build with -DRUNAHEAD_CUDA_TRACE=ON (CMake option), where thread 0
 // of every block of every traced kernel writes one record as it leaves: its kernel, block,
 // multiprocessor, and the global timer (ns) when it started, when its pdl_wait returned and when
-// it left. In every other build the kernels carry nothing of it (trace.cuh).
+// it left, and up to kTraceMarks moments a kernel marks on the way (trace_mark: which point of
+// its code each is, the kernel's comment says). In every other build the kernels carry nothing
+// of it (trace.cuh).
 #include <cstdint>
 #include <vector>
 
@@ -19,12 +21,15 @@ enum class TraceTag : uint32_t { RUNAHEAD_TRACE_TAGS(RUNAHEAD_TRACE_TAG_ENUM) };
 #undef RUNAHEAD_TRACE_TAG_ENUM
 const char* trace_tag_name(TraceTag tag);
 
+constexpr int kTraceMarks = 4;
+
 struct TraceRecord {
   uint32_t tag;    // a TraceTag
   uint32_t block;  // linear block index
   uint32_t sm;     // %smid
   uint32_t pad;
   uint64_t start, waited, end;  // %globaltimer, ns; waited 0 where thread 0 did not call pdl_wait
+  uint64_t mark[kTraceMarks];   // when thread 0 passed trace_mark(i); 0 where it did not
 };
 
 // Where the traced kernels write: the device's records and a counter of those taken.
