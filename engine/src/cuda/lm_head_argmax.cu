@@ -61,13 +61,18 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
     best_v[warp][lane] = my_v;
     best_i[warp][lane] = my_i;
   }
+  // Token t's best of the warps' in best_v and best_i.
+  const auto warps_best = [&](int t, float& v, int& i) {
+    v = best_v[0][t], i = best_i[0][t];
+    for (int k = 1; k < kGemvWarps; ++k)
+      if (better(best_v[k][t], best_i[k][t], v, i)) v = best_v[k][t], i = best_i[k][t];
+  };
   __syncthreads();
   if (threadIdx.x < n) {
     const int t = threadIdx.x;
-    float v = best_v[0][t];
-    int i = best_i[0][t];
-    for (int k = 1; k < kGemvWarps; ++k)
-      if (better(best_v[k][t], best_i[k][t], v, i)) v = best_v[k][t], i = best_i[k][t];
+    float v;
+    int i;
+    warps_best(t, v, i);
     a.partial[(size_t(blockIdx.x) * n + t) * 2] = v;
     a.partial[(size_t(blockIdx.x) * n + t) * 2 + 1] = __int_as_float(i);
   }
@@ -94,12 +99,10 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   }
   __syncthreads();
   if (threadIdx.x < n) {
-    const int t = threadIdx.x;
-    float v = best_v[0][t];
-    int i = best_i[0][t];
-    for (int k = 1; k < kGemvWarps; ++k)
-      if (better(best_v[k][t], best_i[k][t], v, i)) v = best_v[k][t], i = best_i[k][t];
-    tokens[t] = i == 0x7fffffff ? 0 : i;  // all NaN: token 0 rather than out of range
+    float v;
+    int i;
+    warps_best(threadIdx.x, v, i);
+    tokens[threadIdx.x] = i == 0x7fffffff ? 0 : i;  // all NaN: token 0 rather than out of range
   }
   __syncthreads();
   if (threadIdx.x == 0) {
