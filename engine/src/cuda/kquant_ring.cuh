@@ -7,7 +7,8 @@
 // 8 rows of a head and the 8 that RoPE rotates with them; a plain matrix: 8 rows), a unit is
 // row w of each run. Rows too long for two stages of 8 (the 7B's down: 10.4 KB a Q4_K row)
 // go `split` warps a unit: a tile is then 8 / split rows a run, each warp sums its part of K
-// and the unit's first warp adds the parts in order. Blocks take tiles round robin. The dot
+// and the unit's first warp adds the parts in order. Blocks take tiles round robin (with a
+// cursor, their tiles past the first round as they free stages: RingShape::cursor). The dot
 // product is q4k_dot_rows / q6k_dot_rows (kquant.cuh) on the same bytes; the norm-fused rings
 // stage their inputs pair-planar too, so their Q4_K rows go a chunk pair a lane (one decode of
 // the scales for two chunks) where the per-warp kernels go a chunk a lane: the same sums in
