@@ -136,3 +136,25 @@ TEST_CASE("gguf model: a file without a tensor the architecture binds is a model
   CHECK(e.code == "model_error");
   CHECK(e.file == (dir.path / "model.gguf").string());
 }
+
+// The CPU backend streams every matrix once a token, faster from memory of its own than from the
+// file's pages (model/quantize.h with_mapped_matrices_copied): it copies them at load, and
+// computes what reading them in the mapping computes, bit for bit.
+TEST_CASE("gguf model: the CPU backend copies a file's matrices out of its mapping and computes the same logits") {
+  TempDir dir;
+  const auto g = via_gguf(dir, *load_shared(kEmbeddedModel), kGgufQ4_K);
+  const std::vector<int32_t>& prompt = code_prompts()[0];
+  const auto logits = [&](const char* copy) {
+    setenv("RUNAHEAD_CPU_COPY_WEIGHTS", copy, 1);
+    auto backend = make_cpu_backend(g, BackendOptions{2, 256});
+    unsetenv("RUNAHEAD_CPU_COPY_WEIGHTS");
+    CHECK(backend->describe()["optimizations"]["matrices_copied_from_file"] == (std::string(copy) == "1"));
+    std::vector<float> out;
+    backend->forward(prompt, int(prompt.size()), out);
+    return out;
+  };
+  CHECK(logits("1") == logits("0"));
+  // weights already in memory (converted at load) are not copied again
+  auto dense = make_cpu_backend(std::make_shared<const ModelWeights>(with_dense_matrices(*g, DType::F32)), BackendOptions{2, 256});
+  CHECK(dense->describe()["optimizations"]["matrices_copied_from_file"] == false);
+}

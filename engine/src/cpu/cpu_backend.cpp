@@ -1,10 +1,17 @@
 // The CPU backend: runs the ops of the model's architecture (model/arch/) for n tokens.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
 #include <string>
 
 #include "cpu/ops.h"
 #include "model/error.h"
 #include "model/numerics.h"
+#include "model/quantize.h"
+#include "model/weight_mappings.h"
 #include "runtime/backend.h"
 #include "runtime/cpus.h"
 
@@ -26,8 +33,9 @@ const ModelConfig& checked_config(const ModelWeights& w) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options)
+  CpuBackend(std::shared_ptr<const ModelWeights> weights, const BackendOptions& options, bool copied)
       : w_(std::move(weights)),
+        copied_(copied),
         c_(checked_config(*w_)),
         kernels_(select_kernels()),
         quant_kernels_(select_quant_kernels()),
@@ -58,6 +66,7 @@ class CpuBackend final : public Backend {
              {{"simd", kernels_.simd},
               {"threads", pool_.size()},
               {"weights_in_place", weight_formats(*w_)},
+              {"matrices_copied_from_file", copied_},
               {"quantized_simd", has_quantized_matrix(*w_) ? quant_kernels_.simd : "none"},
               {"row_blocked_prefill", true},
               {"fused_qkv_and_gate_up_dispatch", true},
@@ -189,6 +198,7 @@ class CpuBackend final : public Backend {
   }
 
   std::shared_ptr<const ModelWeights> w_;
+  bool copied_;  // make_cpu_backend copied w_'s matrices out of the file's mapping
   const ModelConfig& c_;
   const Kernels& kernels_;
   const QuantKernels& quant_kernels_;
@@ -206,11 +216,40 @@ class CpuBackend final : public Backend {
   bool keep_all_hidden_ = false;
 };
 
+// Memory the system could give without swapping (Linux's MemAvailable; else the free pages, or 0).
+size_t available_memory() {
+  if (std::ifstream meminfo("/proc/meminfo"); meminfo)
+    for (std::string key; meminfo >> key;) {
+      size_t kb = 0;
+      if (key == "MemAvailable:" && meminfo >> kb) return kb * 1024;
+      meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+#ifdef _SC_AVPHYS_PAGES
+  return size_t(sysconf(_SC_AVPHYS_PAGES)) * size_t(sysconf(_SC_PAGESIZE));
+#else
+  return 0;  // unknown: no copy
+#endif
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> weights,
                                           const BackendOptions& options) {
-  return std::make_unique<CpuBackend>(std::move(weights), options);
+  // The matrices still in the file's mapping are copied (with_mapped_matrices_copied says why)
+  // where memory has room for them twice over, so that the copy does not push the file's pages
+  // or anything else out; RUNAHEAD_CPU_COPY_WEIGHTS=0 reads them from the mapping, to measure.
+  size_t mapped = 0;
+  const auto count = [&](const Tensor& t) {
+    if (!t.empty() && t.shape.size() == 2 && in_weight_mapping(t.data)) mapped += t.nbytes();
+  };
+  count(weights->embed);
+  if (weights->lm_head.data != weights->embed.data) count(weights->lm_head);
+  for (const LayerWeights& l : weights->layers)
+    for (const Tensor& t : l.by_role) count(t);
+  const char* copy = std::getenv("RUNAHEAD_CPU_COPY_WEIGHTS");
+  const bool copied = mapped > 0 && !(copy && std::string(copy) == "0") && 2 * mapped <= available_memory();
+  if (copied) weights = std::make_shared<const ModelWeights>(with_mapped_matrices_copied(*weights));
+  return std::make_unique<CpuBackend>(std::move(weights), options, copied);
 }
 
 }  // namespace runahead

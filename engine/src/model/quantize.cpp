@@ -19,6 +19,7 @@
 #include "model/half.h"
 #include "model/layout.h"
 #include "model/numerics.h"
+#include "model/weight_mappings.h"
 
 namespace runahead {
 
@@ -229,6 +230,20 @@ ModelWeights with_dense_matrices(const ModelWeights& w, DType to) {
       }
     });
     dtype = to;
+    return bytes;
+  });
+}
+
+ModelWeights with_mapped_matrices_copied(const ModelWeights& w) {
+  return convert_matrices(w, [](const Tensor& t, const Place&, DType&) {
+    if (!in_weight_mapping(t.data)) return MatrixBytes();
+    const int64_t rows = t.rows();
+    const size_t row_bytes = t.nbytes() / size_t(rows);
+    MatrixBytes bytes(t.nbytes());
+    for_row_chunks(rows, int64_t(row_bytes), [&](int64_t begin, int64_t end) {  // first touch on every core
+      std::memcpy(bytes.data() + size_t(begin) * row_bytes, static_cast<const uint8_t*>(t.data) + size_t(begin) * row_bytes,
+                  size_t(end - begin) * row_bytes);
+    });
     return bytes;
   });
 }

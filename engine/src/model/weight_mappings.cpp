@@ -89,6 +89,15 @@ void unguard_mapping(int index) {
   g_any_fault.store(any, std::memory_order_release);
 }
 
+bool in_weight_mapping(const void* p) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  for (const Slot& slot : g_slots) {
+    const uintptr_t begin = slot.begin.load(std::memory_order_acquire);
+    if (begin != 0 && at >= begin && at < slot.end.load(std::memory_order_acquire)) return true;
+  }
+  return false;
+}
+
 void check_mappings_intact() {
   if (!g_any_fault.load(std::memory_order_acquire)) return;
   std::string file;

@@ -16,6 +16,9 @@ int guard_mapping(const void* begin, size_t size, const std::string& file);
 // Before the mapping is unmapped; forgets a fault recorded for it.
 void unguard_mapping(int slot);
 
+// Whether `p` lies in a registered mapping (a weight file's bytes, as loaded).
+bool in_weight_mapping(const void* p);
+
 // Throws EngineError{"model_error"} naming the file when a registered mapping lost pages.
 // Cheap (one atomic load) when none did: called after every decode step.
 void check_mappings_intact();
