@@ -1,6 +1,9 @@
 // Issue 18, a weight file truncated while mapped (a model re-downloaded in place): the engine
 // must not die of SIGBUS; the request ends with a model_error naming the file and the server
-// unloads the model.
+// unloads the model. The CPU backend copies the matrices out of the mapping at load where
+// memory allows (make_cpu_backend), and then a cut file changes nothing it reads; these cases
+// read the mapping (RUNAHEAD_CPU_COPY_WEIGHTS=0, as where memory is short), and the first also
+// checks that with the copy the same cut leaves generation whole.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -24,7 +27,11 @@ TEST_CASE("truncated weights: a forward over a cut mapping reads zeros, and gene
   write_model(dir.path, config, decoder_tensors(config, "BF16"));
   const fs::path file = dir.path / "model.safetensors";
   auto weights = std::make_shared<const ModelWeights>(load_model(dir.path));
+  auto copied = make_cpu_backend(weights, BackendOptions{1, 0});
+  REQUIRE(copied->describe()["optimizations"]["matrices_copied_from_file"] == true);
+  setenv("RUNAHEAD_CPU_COPY_WEIGHTS", "0", 1);
   auto backend = make_cpu_backend(weights, BackendOptions{1, 0});
+  unsetenv("RUNAHEAD_CPU_COPY_WEIGHTS");
   Generator generator(*backend, GeneratorOptions{});
   REQUIRE(::truncate(file.c_str(), 0) == 0);
 
@@ -32,6 +39,12 @@ TEST_CASE("truncated weights: a forward over a cut mapping reads zeros, and gene
   request.prompt = {3, 4, 5};
   request.max_tokens = 4;
   const std::atomic<bool> cancel{false};
+  {  // the copy: every token, from memory
+    Generator whole(*copied, GeneratorOptions{});
+    int tokens = 0;
+    whole.generate(request, [&](auto, auto) { ++tokens; }, cancel);
+    CHECK(tokens == 4);
+  }
   const EngineError e = error_of([&] { generator.generate(request, [](auto, auto) {}, cancel); });
   CHECK(e.code == "model_error");
   CHECK(e.file == file.string());
@@ -40,6 +53,7 @@ TEST_CASE("truncated weights: a forward over a cut mapping reads zeros, and gene
   // Releasing the model forgets the fault: the next model starts clean.
   generator.rollback(0);
   backend.reset();
+  copied.reset();
   weights.reset();
   CHECK_NOTHROW(check_mappings_intact());
 }
@@ -48,8 +62,10 @@ TEST_CASE("truncated weights: over the protocol the request ends with model_erro
   TempDir dir;
   const json config = tiny_config();
   write_model(dir.path, config, decoder_tensors(config, "BF16"));
+  setenv("RUNAHEAD_CPU_COPY_WEIGHTS", "0", 1);  // the engine's CPU backend reads the mapped file at every step
   EngineProcess engine;
-  // The CPU backend reads the mapped file at every step; CUDA copies the weights to the device at load.
+  unsetenv("RUNAHEAD_CPU_COPY_WEIGHTS");
+  // CUDA copies the weights to the device at load.
   engine.send(json{{"type", "load"}, {"id", "l"}, {"model", dir.path.string()}, {"options", {{"backend", "cpu"}}}});
   const auto loaded = engine.read_until([](const json& m) { return m["type"] != "load_progress"; });
   REQUIRE(loaded);
