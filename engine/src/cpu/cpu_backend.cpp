@@ -11,7 +11,6 @@
 #include "model/error.h"
 #include "model/numerics.h"
 #include "model/quantize.h"
-#include "model/weight_mappings.h"
 #include "runtime/backend.h"
 #include "runtime/cpus.h"
 
@@ -238,14 +237,7 @@ std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const ModelWeights> we
   // The matrices still in the file's mapping are copied (with_mapped_matrices_copied says why)
   // where memory has room for them twice over, so that the copy does not push the file's pages
   // or anything else out; RUNAHEAD_CPU_COPY_WEIGHTS=0 reads them from the mapping, to measure.
-  size_t mapped = 0;
-  const auto count = [&](const Tensor& t) {
-    if (!t.empty() && t.shape.size() == 2 && in_weight_mapping(t.data)) mapped += t.nbytes();
-  };
-  count(weights->embed);
-  if (weights->lm_head.data != weights->embed.data) count(weights->lm_head);
-  for (const LayerWeights& l : weights->layers)
-    for (const Tensor& t : l.by_role) count(t);
+  const size_t mapped = mapped_matrix_bytes(*weights);
   const char* copy = std::getenv("RUNAHEAD_CPU_COPY_WEIGHTS");
   const bool copied = mapped > 0 && !(copy && std::string(copy) == "0") && 2 * mapped <= available_memory();
   if (copied) weights = std::make_shared<const ModelWeights>(with_mapped_matrices_copied(*weights));

@@ -69,6 +69,18 @@ struct Place {
   Role role = Role::Count;
 };
 
+// f(t) for every matrix of `w` (embedding, layers', an untied lm_head), each once.
+template <class F>
+void each_matrix(const ModelWeights& w, F&& f) {
+  const auto visit = [&](const Tensor& t) {
+    if (!t.empty() && t.shape.size() == 2) f(t);
+  };
+  visit(w.embed);
+  for (const LayerWeights& l : w.layers)
+    for (const Tensor& t : l.by_role) visit(t);
+  if (w.lm_head.data != w.embed.data) visit(w.lm_head);
+}
+
 // Replaces every matrix of `w` by convert(matrix, place, dtype) (a MatrixBytes of the matrix in
 // `dtype`; an empty one leaves the matrix as it is), keeping a tied lm_head tied; recounts
 // the bytes a decode step reads. `progress` (stage "quantizing": matrices done of all)
@@ -80,9 +92,8 @@ ModelWeights convert_matrices(const ModelWeights& w, Convert&& convert, const Pr
   storage->base = w.storage;
   const bool tied = w.lm_head.data == w.embed.data;
   const auto is_matrix = [](const Tensor& t) { return !t.empty() && t.shape.size() == 2; };
-  int64_t total = is_matrix(w.embed) + (!tied && is_matrix(w.lm_head)), done = 0;
-  for (const LayerWeights& l : w.layers)
-    for (const Tensor& t : l.by_role) total += is_matrix(t);
+  int64_t total = 0, done = 0;
+  each_matrix(w, [&](const Tensor&) { ++total; });
   if (progress) progress("quantizing", 0, total);
   auto apply = [&](Tensor& t, const Place& place) {
     if (!is_matrix(t)) return;
@@ -232,6 +243,14 @@ ModelWeights with_dense_matrices(const ModelWeights& w, DType to) {
     dtype = to;
     return bytes;
   });
+}
+
+size_t mapped_matrix_bytes(const ModelWeights& w) {
+  size_t bytes = 0;
+  each_matrix(w, [&](const Tensor& t) {
+    if (in_weight_mapping(t.data)) bytes += t.nbytes();
+  });
+  return bytes;
 }
 
 ModelWeights with_mapped_matrices_copied(const ModelWeights& w) {

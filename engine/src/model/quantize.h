@@ -63,6 +63,8 @@ ModelWeights with_fp8_matrices_reference(const ModelWeights& w, bool matrices, b
 // 1.5B decodes ~5 % faster from such a copy than from the file's pages). A tied head stays tied;
 // norms and biases stay mapped.
 ModelWeights with_mapped_matrices_copied(const ModelWeights& w);
+// The bytes of the matrices it would copy.
+size_t mapped_matrix_bytes(const ModelWeights& w);
 
 // `w` itself when no matrix is block-quantized; else a copy whose matrices are all bf16
 // (dense ones of another dtype too, so that the matrices share one dtype).
