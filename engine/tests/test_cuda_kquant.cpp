@@ -382,6 +382,9 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
     {
       auto [taken, in_turn] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_RING_CURSOR", "1", "ring_tiles_taken_as_stages_free");
       CHECK(decode_gap(*taken, *in_turn, V, 6) == 0.0);
+      // ... and a block asking for one tile at a time (each once the one before it is in)
+      auto [one_by_one, all_at_once] = switched_pair(m.w, options, "RUNAHEAD_CUDA_RING_IN_FLIGHT", "1");
+      CHECK(decode_gap(*one_by_one, *all_at_once, V, 6) == 0.0);
     }
     unsetenv("RUNAHEAD_CUDA_RING_BLOCKS");
     unsetenv("RUNAHEAD_CUDA_KQ_RING");

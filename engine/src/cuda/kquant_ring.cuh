@@ -61,6 +61,11 @@ struct RingShape {
   // `stages` are the next ones not yet taken rather than every gridDim-th, so blocks that run
   // faster take more; null: round robin.
   int* cursor = nullptr;
+  // Tiles a block keeps in flight (0: as many as it has stages): where fewer, the producer asks
+  // for a tile only once the one `in_flight` before it is in, so that a block's first tile is
+  // not served interleaved with all its others (and every other block's) and its sums begin
+  // while the rest stream.
+  int in_flight = 0;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -74,7 +79,7 @@ struct RingShape {
 __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %0;" ::"r"(kRingWarps * kWarp) : "memory"); }
 
 // Trace marks (trace.h, thread 0: consumer warp 0): 1 its first tile's bytes are in, 2 its last
-// tile's, 3 its last epilogue has run.
+// tile's, 3 its last epilogue has run, 4 its inputs are ready.
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
 // synchronise the block) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
 // of the consumer warp that summed unit w of a tile (its first warp where split > 1): `row` is
@@ -127,9 +132,14 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   uint64_t policy = 0;
   int issued = 0;
   bool more = true;  // the producer: tiles may be left
+  const int ahead = s.in_flight > 0 && s.in_flight < s.stages ? s.in_flight : s.stages;
   const auto issue = [&](int i) {  // this block's i-th tile into stage i % stages (with a cursor: false at the end)
     const int stage = i % s.stages;
     if (i >= s.stages) mbarrier_wait(&empty[stage], (i / s.stages - 1) & 1);
+    if (i >= ahead && ahead < s.stages) {
+      const int landed = i - ahead;
+      mbarrier_wait(&full[landed % s.stages], (landed / s.stages) & 1);
+    }
     int tile = int(blockIdx.x) + i * int(gridDim.x);
     if (taking) {
       if (i >= s.stages) tile = s.stages * int(gridDim.x) + atomicAdd(s.cursor, 1);
@@ -160,7 +170,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   };
   // With a cursor the producer goes on until a tile is past the last (told as -1); without,
   // to this block's count.
-  const int first_round = taking ? s.stages : min(s.stages, mine);
+  const int first_round = min(ahead, taking ? s.stages : mine);
   if (producer) {
     policy = evict_first_policy();
     for (; more && issued < first_round; ++issued) more = issue(issued);
@@ -168,6 +178,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   pdl_wait();
   pdl_trigger();
   const Q8Inputs in = inputs();
+  trace_mark(3);
   if (warp == kRingWarps) {
     if (producer && RUNAHEAD_RING_DIAG != 2)
       for (; more && (taking || issued < mine); ++issued) more = issue(issued);
@@ -314,6 +325,9 @@ inline RingShape ring_shape(const void* q4, const void* q6, int q6_from, int K, 
   const int budget = per_sm / blocks_per_sm - 1024 - 512;  // the runtime's 1 KB a block, static shared memory
   const int stages = std::min(kRingMaxStages, (budget - s.staged_bytes) / s.stage_bytes);
   s.stages = stages >= min_stages ? stages : 0;
+  // RUNAHEAD_CUDA_RING_IN_FLIGHT=n: at most n tiles a block in flight, to measure.
+  const char* in_flight = std::getenv("RUNAHEAD_CUDA_RING_IN_FLIGHT");
+  s.in_flight = in_flight ? std::max(0, std::atoi(in_flight)) : 0;
   return s;
 }
 // A plain matrix of total_rows rows, or gate/up (P = 2: the first half's rows, then the
