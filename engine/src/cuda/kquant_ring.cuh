@@ -132,7 +132,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   uint64_t policy = 0;
   int issued = 0;
   bool more = true;  // the producer: tiles may be left
-  const int ahead = s.in_flight > 0 && s.in_flight < s.stages ? s.in_flight : s.stages;
+  // Tiles asked for before the one `ahead` after them is in (every stage's with RUNAHEAD_RING_DIAG 2,
+  // whose producer fills the stages once before pdl_wait).
+  const int ahead = RUNAHEAD_RING_DIAG != 2 && s.in_flight > 0 && s.in_flight < s.stages ? s.in_flight : s.stages;
   const auto issue = [&](int i) {  // this block's i-th tile into stage i % stages (with a cursor: false at the end)
     const int stage = i % s.stages;
     if (i >= s.stages) mbarrier_wait(&empty[stage], (i / s.stages - 1) & 1);
