@@ -9,6 +9,9 @@
 #   CASES ("shape:weights" ...), VARIANTS (";"-separated, each a space-separated list of NAME=VALUE;
 #   the first, "" by default, is the reference), CTX, ROUNDS, REPS override.
 # Output: stdout and $OUT/switches.md; each run's JSON in $OUT/switches/.
+# Time: ~15 s a run (one variant, one case) on an H100, so the default 6 variants x 3 cases take
+# ~4.5 min a round: a 10-minute call fits one or two rounds beside the build (ROUNDS=1 or 2).
+# The default variants are the switches not yet measured (NOTES.md v35).
 set -u
 OUT=${OUT:-$PWD/switches-out}
 BUILD=${BUILD:-/tmp/engine-build}
