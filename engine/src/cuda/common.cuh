@@ -618,15 +618,16 @@ __host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) /
 // so its loads are on the step's critical path: a lane loads 4 consecutive values a load and
 // issues kStageLoads loads of x and of g before it uses any (a group of 32 is 8 lanes), so a
 // block of 9 warps stages K <= 4608 in one round trip to memory. g null: x itself (times 1, so
-// the same bits as quantize_inputs_q8 without g), squares null: no sums; only_planar: the
-// pair-planar copy alone (planar may then be where the plain values would go). (A value a lane and 4 groups
+// the same bits as quantize_inputs_q8 without g), squares null: no sums; planar where the
+// plain values would go (staged's int8 bytes): the pair-planar copy alone, in their place. (A value a lane and 4 groups
 // a round took 4 rounds for the 7B's K = 3584; H200, Q4_K_M, us a step alone: 7B q/k/v 300 ->
 // 200, gate/up 722 -> 626; 1.5B q/k/v 186 -> 160, gate/up 324 -> 281.) `planar` (K bytes, or
 // null): the values' pair-planar copy too.
 constexpr int kStageLoads = 4;
 __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged, float* squares,
-                                             int8_t* planar = nullptr, bool only_planar = false) {
+                                             int8_t* planar = nullptr) {
   int8_t* q = reinterpret_cast<int8_t*>(staged + stage_q8_scales(K));
+  const bool only_planar = planar == q;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   float sq = 0.0f;
   for (int base = 0; base < K; base += kStageLoads * warps * 128) {

@@ -34,6 +34,12 @@ using namespace cuda;
 
 constexpr int kChoiceSteps = 20;  // timed steps of each decode path at load
 
+// Whether the environment variable `name` is set to `value` (the backend's switches, read at load).
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == value;
+}
+
 DeviceBuffer upload(const void* data, size_t bytes) {
   DeviceBuffer b(bytes);
   check_cuda(cudaMemcpy(b.get(), data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
@@ -169,8 +175,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const auto required = [&](const char* name) {
       return std::find(options.require.begin(), options.require.end(), name) != options.require.end();
     };
-    const char* run_ahead = std::getenv("RUNAHEAD_CUDA_RUN_AHEAD");
-    run_ahead_ = required("run_ahead") || (run_ahead && std::string(run_ahead) == "1");
+    run_ahead_ = required("run_ahead") || env_is("RUNAHEAD_CUDA_RUN_AHEAD", "1");
     force_persistent_ = required("persistent_step");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     for (cudaEvent_t& e : events_) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
@@ -591,8 +596,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     head_counter_ = DeviceBuffer(2 * sizeof(int));  // LmHead's counter and cursor
     check_cuda(cudaMemset(head_counter_.get(), 0, head_counter_.bytes()), "cudaMemset");
     // RUNAHEAD_CUDA_LM_HEAD_CURSOR=0: lm_head's blocks take its rows in turn (LmHead::cursor), to measure.
-    const char* head_cursor = std::getenv("RUNAHEAD_CUDA_LM_HEAD_CURSOR");
-    head_cursor_ = !(head_cursor && std::string(head_cursor) == "0");
+    head_cursor_ = !env_is("RUNAHEAD_CUDA_LM_HEAD_CURSOR", "0");
     attention_.heads = c_.num_heads;
     attention_.kv_heads = c_.num_kv_heads;
     attention_.head_dim = hd;
@@ -601,8 +605,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // The splits of a head merge in a cluster where one of them runs (at most 16 a head then);
     // RUNAHEAD_CUDA_ATTENTION_CLUSTER=0: through global memory, and
     // RUNAHEAD_CUDA_ATTENTION_SPLITS=n (1..32) sets the splits a head, to measure the choices.
-    const char* cluster = std::getenv("RUNAHEAD_CUDA_ATTENTION_CLUSTER");
-    const bool try_cluster = !(cluster && std::string(cluster) == "0");
+    const bool try_cluster = !env_is("RUNAHEAD_CUDA_ATTENTION_CLUSTER", "0");
     if (try_cluster) attention_.splits = std::min(attention_.splits, kMaxAttentionCluster);
     if (const char* splits = std::getenv("RUNAHEAD_CUDA_ATTENTION_SPLITS"))
       attention_.splits = std::clamp(std::atoi(splits), 1, 32);
@@ -611,8 +614,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // (DecodeAttention::push; H100, ms/token, 1.5B Q4_K_M 1.060 -> 1.046, 7B 2.347 -> 2.329,
     // 7B Q8_0 3.207 -> 3.181; H200 within noise, 0.970 -> 0.971 and 1.941 -> 1.950: NOTES v33);
     // RUNAHEAD_CUDA_ATTENTION_PUSH=0: block 0 loads them, to measure.
-    const char* push = std::getenv("RUNAHEAD_CUDA_ATTENTION_PUSH");
-    attention_.push = attention_.cluster && !(push && std::string(push) == "0") &&
+    attention_.push = attention_.cluster && !env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "0") &&
                       attention_cluster_fits(attention_.splits, true);
     attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
     attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
@@ -646,10 +648,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // RUNAHEAD_CUDA_GATE_UP_Q8=1 (with it): one token's down inputs written by gate/up's ring
     // where it runs; slower (H100: 1.5B Q4_K_M +1.7 %, 7B +0.8 %, 7B Q8_0 +6.8 %: the counting
     // adds ~3 us to gate/up's tiles, more than down's launch cost; NOTES v33), so not the default.
-    const char* fused = std::getenv("RUNAHEAD_CUDA_FUSED_Q8");
-    attention_q8_ = reads_int8(layer_dtype_) && hd % 32 == 0 && !(fused && std::string(fused) == "0");
-    const char* gate_up_q8 = std::getenv("RUNAHEAD_CUDA_GATE_UP_Q8");
-    down_q8_ = attention_q8_ && gate_up_q8 && std::string(gate_up_q8) == "1";
+    attention_q8_ = reads_int8(layer_dtype_) && hd % 32 == 0 && !env_is("RUNAHEAD_CUDA_FUSED_Q8", "0");
+    down_q8_ = attention_q8_ && env_is("RUNAHEAD_CUDA_GATE_UP_Q8", "1");
     if (down_q8_) {
       gate_up_counters_ = DeviceBuffer(size_t(I / 32 + 1) * sizeof(int));
       check_cuda(cudaMemset(gate_up_counters_.get(), 0, gate_up_counters_.bytes()), "cudaMemset");
@@ -681,11 +681,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const int w = warp_split ? std::atoi(warp_split) : 0;
     residual_tuning_.warp_split = w == 1 || w == 2 || w == 4 || w == 8 ? w : 0;
     // RUNAHEAD_CUDA_RING_QUANTIZE=1: down's ring quantizes its inputs in each block (RingTuning::quantize).
-    const char* ring_quantize = std::getenv("RUNAHEAD_CUDA_RING_QUANTIZE");
-    residual_tuning_.quantize = ring_quantize && std::string(ring_quantize) == "1";
+    residual_tuning_.quantize = env_is("RUNAHEAD_CUDA_RING_QUANTIZE", "1");
     qkv_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING_QKV");
-    const char* cursor = std::getenv("RUNAHEAD_CUDA_RING_CURSOR");
-    if (!(cursor && std::string(cursor) == "0")) {
+    if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");
     }
@@ -752,8 +750,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     s.logits = logits_d_.get<float>();
     s.best = step_best_.get<float>();
     s.sync = step_sync_.get<unsigned>();
-    const char* env = std::getenv("RUNAHEAD_CUDA_PERSISTENT");
-    if (env && std::string(env) == "0") {
+    if (env_is("RUNAHEAD_CUDA_PERSISTENT", "0")) {
       step_plan_.refused = "RUNAHEAD_CUDA_PERSISTENT unset or 1";
     } else if (layer_ops_ != llama_step()) {  // its phases are Llama's layer, fixed in the kernel
       step_plan_.refused = "a layer of Llama's ops (model/arch/llama.cpp)";
@@ -772,10 +769,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   // the two over a few timed steps; RUNAHEAD_CUDA_PERSISTENT=1 (or 0) forces it on (or off).
   void choose_decode_step() {
     persistent_ = false;
-    const char* env = std::getenv("RUNAHEAD_CUDA_PERSISTENT");
     const int steps = std::min(kChoiceSteps, capacity_ - 2);
     if (!step_plan_.refused.empty() || steps < 1) return;
-    if (force_persistent_ || (env && std::string(env) == "1")) {
+    if (force_persistent_ || env_is("RUNAHEAD_CUDA_PERSISTENT", "1")) {
       persistent_ = true;
       return;
     }

@@ -301,7 +301,7 @@ __device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool 
 __device__ __forceinline__ Q8Inputs ring_quantized_inputs(const float* x, int K, bool planar, unsigned char* smem) {
   float* d = reinterpret_cast<float*>(smem);
   int8_t* q = reinterpret_cast<int8_t*>(smem + size_t(stage_q8_scales(K)) * sizeof(float));
-  return stage_q8(x, nullptr, K, d, nullptr, planar ? q : nullptr, planar);
+  return stage_q8(x, nullptr, K, d, nullptr, planar ? q : nullptr);
 }
 
 // Host side: the ring for one token over a K-quant matrix (q4, q6, q6_from as RowMatrix takes

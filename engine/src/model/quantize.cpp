@@ -69,11 +69,13 @@ struct Place {
   Role role = Role::Count;
 };
 
+bool is_matrix(const Tensor& t) { return !t.empty() && t.shape.size() == 2; }
+
 // f(t) for every matrix of `w` (embedding, layers', an untied lm_head), each once.
 template <class F>
 void each_matrix(const ModelWeights& w, F&& f) {
   const auto visit = [&](const Tensor& t) {
-    if (!t.empty() && t.shape.size() == 2) f(t);
+    if (is_matrix(t)) f(t);
   };
   visit(w.embed);
   for (const LayerWeights& l : w.layers)
@@ -91,7 +93,6 @@ ModelWeights convert_matrices(const ModelWeights& w, Convert&& convert, const Pr
   auto storage = std::make_shared<ConvertedStorage>();
   storage->base = w.storage;
   const bool tied = w.lm_head.data == w.embed.data;
-  const auto is_matrix = [](const Tensor& t) { return !t.empty() && t.shape.size() == 2; };
   int64_t total = 0, done = 0;
   each_matrix(w, [&](const Tensor&) { ++total; });
   if (progress) progress("quantizing", 0, total);
