@@ -313,19 +313,6 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention and down's by gate
   }
 }
 
-// Down's inputs quantized by each block of its ring (RUNAHEAD_CUDA_RING_QUANTIZE=1) against by a
-// launch of their own, with the residual rings on: the same bits, as short and as long matrices go.
-void check_down_quantized_by_its_ring(const std::shared_ptr<const ModelWeights>& w, const BackendOptions& options, int V) {
-  for (const char* long_rows : {"0", "1"}) {
-    CAPTURE(long_rows);
-    setenv("RUNAHEAD_CUDA_KQ_RING_LONG", long_rows, 1);
-    auto [own_q8, launched_q8] =
-        flagged_pair(w, options, "RUNAHEAD_CUDA_RING_QUANTIZE", "1", "down_inputs_quantized_by_its_ring");
-    CHECK(decode_gap(*own_q8, *launched_q8, V, 6) == 0.0);
-  }
-  unsetenv("RUNAHEAD_CUDA_KQ_RING_LONG");
-}
-
 // One token's gate/up on K-quant rows of one format streams its rows through a ring of bulk
 // copies in shared memory (kquant_ring.cuh), and so do o_proj and down (several warps a row
 // where two stages of 8 rows do not fit), and q/k/v; RUNAHEAD_CUDA_KQ_RING=0 /
@@ -395,9 +382,6 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
     {
       auto [taken, in_turn] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_RING_CURSOR", "1", "ring_tiles_taken_as_stages_free");
       CHECK(decode_gap(*taken, *in_turn, V, 6) == 0.0);
-      // ... and down's inputs quantized by each block of its ring instead of a launch of their own
-      // (pair-planar for Q4_K rows, as stored for Q6_K ones)
-      check_down_quantized_by_its_ring(m.w, options, V);
       // ... and a block asking for one tile at a time (each once the one before it is in)
       auto [one_by_one, all_at_once] = switched_pair(m.w, options, "RUNAHEAD_CUDA_RING_IN_FLIGHT", "1");
       CHECK(decode_gap(*one_by_one, *all_at_once, V, 6) == 0.0);
@@ -443,10 +427,6 @@ TEST_CASE("cuda q8_0: gate/up, o_proj, down and q/k/v through the bulk-copy ring
     auto [long8, long1] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_SPLIT", "8");
     unsetenv("RUNAHEAD_CUDA_KQ_RING_LONG");
     auto [qkv_ring, qkv_loads] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_QKV", "force", "q8_0_qkv_ring");
-    // down's inputs quantized by each block of its ring against by a launch of their own
-    setenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL", "1", 1);
-    check_down_quantized_by_its_ring(m.w, options, V);
-    unsetenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL");
     CHECK(qkv_ring->describe()["optimizations"]["weights"].get<std::string>().rfind("Q8_0 as stored", 0) == 0);
     check_decode_gaps({{"gate/up ring", gate_up_ring.get(), gate_up_loads.get()},
                        {"o_proj/down ring", residual_ring.get(), residual_loads.get()},

@@ -9,14 +9,14 @@
 #   CASES ("shape:weights" ...), VARIANTS (";"-separated, each a space-separated list of NAME=VALUE;
 #   the first, "" by default, is the reference), CTX, ROUNDS, REPS override.
 # Output: stdout and $OUT/switches.md; each run's JSON in $OUT/switches/.
-# Time: ~15 s a run (one variant, one case) on an H100, so the default 6 variants x 3 cases take
-# ~4.5 min a round: a 10-minute call fits one or two rounds beside the build (ROUNDS=1 or 2).
-# The default variants are the switches not yet measured (NOTES.md v35).
+# Time: ~15 s a run (one variant, one case) on an H100, so 3 variants x 3 cases take ~2.3 min a
+# round: a 10-minute call fits two or three rounds beside the build.
+# The default variants: the last switch made a default, against its old setting (NOTES.md v36).
 set -u
 OUT=${OUT:-$PWD/switches-out}
 BUILD=${BUILD:-/tmp/engine-build}
 CASES=${CASES:-qwen2.5-coder-7b:q4_k_m qwen2.5-coder-1.5b:q4_k_m qwen2.5-coder-7b:q8_0}
-VARIANTS=${VARIANTS:-;RUNAHEAD_CUDA_RING_IN_FLIGHT=1;RUNAHEAD_CUDA_RING_IN_FLIGHT=2;RUNAHEAD_CUDA_RING_QUANTIZE=1;RUNAHEAD_CUDA_RING_IN_FLIGHT=1 RUNAHEAD_CUDA_RING_QUANTIZE=1;RUNAHEAD_CUDA_ATTENTION_SPLITS=8}
+VARIANTS=${VARIANTS:-;RUNAHEAD_CUDA_RING_IN_FLIGHT=0;RUNAHEAD_CUDA_RING_IN_FLIGHT=2}
 CTX=${CTX:-512}
 ROUNDS=${ROUNDS:-3}
 REPS=${REPS:-30}

@@ -617,9 +617,7 @@ __host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) /
 // pass over x. Every thread calls it. x is the previous kernel's output, read after pdl_wait,
 // so its loads are on the step's critical path: a lane loads 4 consecutive values a load and
 // issues kStageLoads loads of x and of g before it uses any (a group of 32 is 8 lanes), so a
-// block of 9 warps stages K <= 4608 in one round trip to memory. g null: x itself (times 1, so
-// the same bits as quantize_inputs_q8 without g), squares null: no sums; planar where the
-// plain values would go (staged's int8 bytes): the pair-planar copy alone, in their place. (A value a lane and 4 groups
+// block of 9 warps stages K <= 4608 in one round trip to memory. (A value a lane and 4 groups
 // a round took 4 rounds for the 7B's K = 3584; H200, Q4_K_M, us a step alone: 7B q/k/v 300 ->
 // 200, gate/up 722 -> 626; 1.5B q/k/v 186 -> 160, gate/up 324 -> 281.) `planar` (K bytes, or
 // null): the values' pair-planar copy too.
@@ -627,7 +625,6 @@ constexpr int kStageLoads = 4;
 __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged, float* squares,
                                              int8_t* planar = nullptr) {
   int8_t* q = reinterpret_cast<int8_t*>(staged + stage_q8_scales(K));
-  const bool only_planar = planar == q;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   float sq = 0.0f;
   for (int base = 0; base < K; base += kStageLoads * warps * 128) {
@@ -636,9 +633,7 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
     for (int u = 0; u < kStageLoads; ++u) {
       const int k = base + (u * warps + warp) * 128 + 4 * lane;  // K % 32 == 0: a group is all in or out
       xv[u] = k < K ? *reinterpret_cast<const float4*>(x + k) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      gv[u] = !g ? make_float4(1.0f, 1.0f, 1.0f, 1.0f)
-              : k < K ? __ldg(reinterpret_cast<const float4*>(g + k))
-                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      gv[u] = k < K ? __ldg(reinterpret_cast<const float4*>(g + k)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
     for (int u = 0; u < kStageLoads; ++u) {
@@ -656,18 +651,16 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
       for (int i = 0; i < 4; ++i)
         packed |= uint32_t(uint8_t(q8_value(v[i], amax, scale))) << (8 * i);
       if (k < K) {
-        if (!only_planar) *reinterpret_cast<uint32_t*>(q + k) = packed;
+        *reinterpret_cast<uint32_t*>(q + k) = packed;
         if (planar) *reinterpret_cast<uint32_t*>(planar + planar_index(k, K)) = packed;
         if (lane % 8 == 0) staged[k / 32] = scale;
       }
     }
   }
-  if (squares) {
-    sq = warp_sum(sq);
-    if (lane == 0) squares[warp] = sq;
-  }
+  sq = warp_sum(sq);
+  if (lane == 0) squares[warp] = sq;
   __syncthreads();
-  return Q8Inputs{only_planar ? nullptr : q, staged, K, planar};
+  return Q8Inputs{q, staged, K, planar};
 }
 // Its bytes of shared memory.
 constexpr size_t stage_q8_bytes(int K) { return size_t(K) + size_t(stage_q8_scales(K)) * sizeof(float); }

@@ -244,8 +244,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
-              {"down_inputs_quantized_by_its_ring", residual_tuning_.quantize && !down_q8_ &&
-                                                        any_layer_of(layer_dtype_, [&](int l) { return residual_rings(l); })},
               {"kquant_gate_up_ring", any_layer_of(DType::Q4_K, gate_up_ring)},
               {"kquant_o_proj_down_ring", any_layer_of(DType::Q4_K, [&](int l) { return residual_rings(l); })},
               {"kquant_qkv_ring", any_layer_of(DType::Q4_K, qkv_ring)},
@@ -680,8 +678,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const char* warp_split = std::getenv("RUNAHEAD_CUDA_RESIDUAL_SPLIT");
     const int w = warp_split ? std::atoi(warp_split) : 0;
     residual_tuning_.warp_split = w == 1 || w == 2 || w == 4 || w == 8 ? w : 0;
-    // RUNAHEAD_CUDA_RING_QUANTIZE=1: down's ring quantizes its inputs in each block (RingTuning::quantize).
-    residual_tuning_.quantize = env_is("RUNAHEAD_CUDA_RING_QUANTIZE", "1");
     qkv_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING_QKV");
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));

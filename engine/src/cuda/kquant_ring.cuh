@@ -294,16 +294,6 @@ __device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool 
   return Q8Inputs{planar ? nullptr : q, d, K, planar ? q : nullptr};
 }
 
-// One token's K floats x (the previous kernel's output) quantized per 32 into the block's staged
-// bytes as quantize_inputs_q8 does (the same bits; the values pair-planar only where `planar`):
-// a ring's inputs quantized by each of its blocks rather than by a launch of their own
-// (stage_q8_bytes(K) bytes). Every thread calls it (in `inputs`); it ends with a barrier.
-__device__ __forceinline__ Q8Inputs ring_quantized_inputs(const float* x, int K, bool planar, unsigned char* smem) {
-  float* d = reinterpret_cast<float*>(smem);
-  int8_t* q = reinterpret_cast<int8_t*>(smem + size_t(stage_q8_scales(K)) * sizeof(float));
-  return stage_q8(x, nullptr, K, d, nullptr, planar ? q : nullptr);
-}
-
 // Host side: the ring for one token over a K-quant matrix (q4, q6, q6_from as RowMatrix takes
 // them) or, with q8, a Q8_0 one (q4 its int8 weights, q6 their scales; K a multiple of 256, so
 // that a row's scales are whole 16 bytes) of K weights a row, its tiles laid out as RingShape

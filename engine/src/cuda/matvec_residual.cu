@@ -49,18 +49,14 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_
 // row rows / 2 on (a warp sums a row of each at once, loading the inputs once for both), and
 // each block first copies the inputs into shared memory (ring_copied_inputs); it runs 2 blocks
 // a multiprocessor (residual_ring), so its registers are bounded for 2.
-// kQuantize: each block quantizes the inputs `in` (floats) into shared memory itself
-// (ring_quantized_inputs) instead of reading q8, which no launch then writes.
-template <RingRows kRows, bool kLong, bool kSplit, bool kQuantize>
+template <RingRows kRows, bool kLong, bool kSplit>
 __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
-    matvec_residual_ring_kernel(RingShape shape, float* x, Q8Inputs q8, const float* in) {
+    matvec_residual_ring_kernel(RingShape shape, float* x, Q8Inputs q8) {
   RUNAHEAD_TRACE_BLOCK(residual_ring);
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int P = kLong ? 2 : 1;
-  constexpr bool kPlanarRows = kRows == RingRows::Q4 || kRows == RingRows::Both;
   const auto inputs = [&] {
-    if constexpr (kQuantize) return ring_quantized_inputs(in, shape.K, kPlanarRows && q8.planar, smem);
-    return kLong ? ring_copied_inputs(q8, kPlanarRows && q8.planar, smem) : q8;
+    return kLong ? ring_copied_inputs(q8, (kRows == RingRows::Q4 || kRows == RingRows::Both) && q8.planar, smem) : q8;
   };
   ring_gemv<kRows, P, kSplit>(
       shape, smem, inputs,
@@ -89,7 +85,7 @@ constexpr int kLongRingStages = 2;
 RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingTuning tuning, bool q8) {
   const bool long_rows =
       rows % (2 * kRingWarps) == 0 && (tuning.long_rows ? tuning.long_rows > 0 : rows >= 3072 && K >= 3072);
-  const size_t staged = long_rows || tuning.quantize ? stage_q8_bytes(K) : 0;
+  const size_t staged = long_rows ? stage_q8_bytes(K) : 0;
   for (int split = tuning.split ? tuning.split : 1; split <= kRingWarps; split *= 2) {
     RingShape shape = ring_shape_rows(w, scale, rows, long_rows ? 2 : 1, K, 1, staged, split,
                                       long_rows ? 2 : kRingBlocksPerSm, q8);
@@ -124,22 +120,15 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
   // One token's Q4_K rows read the inputs pair-planar where the caller gives the copy's place.
   const Q8Scratch own{q8.q, q8.d, dtype == DType::Q4_K && n == 1 ? q8.planar : nullptr};
   const Q8Inputs inputs{q8.q, q8.d, K, own.planar};
-  RingTuning ring_tuning = tuning;
-  ring_tuning.quantize = tuning.quantize && !quantized && K % 32 == 0;
-  if (RingShape shape = n == 1 ? residual_ring_of(w, dtype, scale, rows, K, ring, ring_tuning) : RingShape{};
+  if (RingShape shape = n == 1 ? residual_ring_of(w, dtype, scale, rows, K, ring, tuning) : RingShape{};
       shape.stages > 0) {
-    const bool own_quantize = ring_tuning.quantize;
-    if (!quantized && !own_quantize) quantize_inputs_q8(in, nullptr, n, K, own, stream);
+    if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream);
     const bool long_rows = shape.run_rows < rows, split = shape.split > 1;
     auto pick = [&](auto rows_c) {
       constexpr RingRows kR = decltype(rows_c)::value;
-      auto quantizing = [&](auto kQ) {
-        constexpr bool q = decltype(kQ)::value;
-        if (long_rows)
-          return split ? matvec_residual_ring_kernel<kR, true, true, q> : matvec_residual_ring_kernel<kR, true, false, q>;
-        return split ? matvec_residual_ring_kernel<kR, false, true, q> : matvec_residual_ring_kernel<kR, false, false, q>;
-      };
-      return own_quantize ? quantizing(std::true_type{}) : quantizing(std::false_type{});
+      if (long_rows)
+        return split ? matvec_residual_ring_kernel<kR, true, true> : matvec_residual_ring_kernel<kR, true, false>;
+      return split ? matvec_residual_ring_kernel<kR, false, true> : matvec_residual_ring_kernel<kR, false, false>;
     };
     auto kernel = ring_rows(shape) == RingRows::Q6   ? pick(std::integral_constant<RingRows, RingRows::Q6>{})
                   : ring_rows(shape) == RingRows::Q8 ? pick(std::integral_constant<RingRows, RingRows::Q8>{})
@@ -147,7 +136,7 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
     int resident = 0;
     const int blocks = ring_blocks(kernel, shape, sms, resident);
     take_tiles(shape, blocks, ring_cursor);
-    launch_pdl(kernel, dim3(blocks), dim3(kRingThreads), ring_smem(shape), stream, shape, x, inputs, in);
+    launch_pdl(kernel, dim3(blocks), dim3(kRingThreads), ring_smem(shape), stream, shape, x, inputs);
     return;
   }
   with_matrix_type(dtype, [&](auto type) {
