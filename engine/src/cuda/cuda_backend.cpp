@@ -673,10 +673,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // RUNAHEAD_CUDA_KQ_RING_LONG_STAGES=n: the long matrices' rings with up to n stages.
     const char* stages = std::getenv("RUNAHEAD_CUDA_KQ_RING_LONG_STAGES");
     residual_tuning_.stages = stages ? std::max(0, std::atoi(stages)) : 0;
-    // RUNAHEAD_CUDA_KQ_RING_RESIDUAL_IN_FLIGHT=n: o_proj's and down's rings with n tiles a block in
-    // flight (0: every stage) whatever RUNAHEAD_CUDA_RING_IN_FLIGHT says, to measure.
-    const char* in_flight = std::getenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL_IN_FLIGHT");
-    residual_tuning_.in_flight = in_flight ? std::max(0, std::atoi(in_flight)) : -1;
     // RUNAHEAD_CUDA_RESIDUAL_SPLIT=1|2|4|8: o_proj's and down's per-warp kernel (where no ring
     // runs: Q8_0, ...) with that many warps a row pair, to measure.
     const char* warp_split = std::getenv("RUNAHEAD_CUDA_RESIDUAL_SPLIT");

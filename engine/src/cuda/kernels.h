@@ -148,7 +148,6 @@ struct RingTuning {
   int split = 0, long_rows = 0;
   int stages = 0;      // the long matrices' ring stages at most (0: its rule, 2)
   int warp_split = 0;  // where no ring runs: warps a unit of the per-warp kernel (0: gemv_split's rule)
-  int in_flight = -1;  // the rings' tiles a block in flight (RingShape::in_flight; -1: ring_shape's)
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,

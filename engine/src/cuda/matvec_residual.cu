@@ -90,7 +90,6 @@ RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingT
     RingShape shape = ring_shape_rows(w, scale, rows, long_rows ? 2 : 1, K, 1, staged, split,
                                       long_rows ? 2 : kRingBlocksPerSm, q8);
     if (long_rows) shape.stages = std::min(shape.stages, tuning.stages ? tuning.stages : kLongRingStages);
-    if (tuning.in_flight >= 0) shape.in_flight = tuning.in_flight;
     if (shape.stages > 0 || tuning.split) return shape;
   }
   return RingShape{};
