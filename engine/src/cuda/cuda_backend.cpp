@@ -246,7 +246,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
               {"kquant_gate_up_ring", any_layer_of(DType::Q4_K, gate_up_ring)},
               {"kquant_o_proj_down_ring", any_layer_of(DType::Q4_K, [&](int l) { return residual_rings(l); })},
-              {"kquant_down_tiles_in_parts", any_layer_of(DType::Q4_K, [&](int l) { return down_ring_parts(l) > 1; })},
               {"kquant_qkv_ring", any_layer_of(DType::Q4_K, qkv_ring)},
               // Q8_0 layers through the same rings (rows of a multiple of 256 weights)
               {"q8_0_gate_up_ring", any_layer_of(DType::Q8_0, gate_up_ring)},
@@ -679,9 +678,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     const char* warp_split = std::getenv("RUNAHEAD_CUDA_RESIDUAL_SPLIT");
     const int w = warp_split ? std::atoi(warp_split) : 0;
     residual_tuning_.warp_split = w == 1 || w == 2 || w == 4 || w == 8 ? w : 0;
-    // RUNAHEAD_CUDA_RING_PARTS=1: o_proj's and down's rings of Q4_K rows take each tile in parts
-    // along K (RingShape::parts), to measure.
-    residual_tuning_.parts = env_is("RUNAHEAD_CUDA_RING_PARTS", "1");
     qkv_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING_QKV");
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
@@ -957,12 +953,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                                    int(w.cols()), residual_ring_, residual_tuning_);
     };
     return ring(Role::Wo) && ring(Role::WDown);
-  }
-  // The parts along K layer l's down ring takes its tiles in (residual_ring_parts).
-  int down_ring_parts(int l) const {
-    const Tensor& w = w_->layers[l][Role::WDown];
-    return residual_ring_parts(layers_[l].matrix(Role::WDown), layer_dtype_, layers_[l].matrix_scale(Role::WDown),
-                               int(w.rows()), int(w.cols()), residual_ring_, residual_tuning_, q8_planar_.get() != nullptr);
   }
   // x += in W^T for the layer's matrix `role` (o_proj or down).
   void enqueue_matmul_residual(int l, Role role, const float* in, int n) {

@@ -148,7 +148,6 @@ struct RingTuning {
   int split = 0, long_rows = 0;
   int stages = 0;      // the long matrices' ring stages at most (0: its rule, 2)
   int warp_split = 0;  // where no ring runs: warps a unit of the per-warp kernel (0: gemv_split's rule)
-  bool parts = false;  // Q4_K rows' tiles in parts along K (RingShape::parts, with_parts)
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
@@ -157,10 +156,6 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
 // (Q4_K rows of one format or Q8_0 rows; ring not Off; a device with bulk copies).
 bool residual_ring_applies(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
                            RingTuning tuning = {});
-// The parts along K that ring takes each tile in (RingShape::parts: more than 1 only with
-// tuning.parts, Q4_K rows and `planar` inputs), 0 where it does not run.
-int residual_ring_parts(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
-                        RingTuning tuning, bool planar);
 
 // gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
 // u = ... . Wu[j]   w_gate_up: [2I, H], Wg its first I rows, Wu the rest; x: [n, H], act: [n, I]

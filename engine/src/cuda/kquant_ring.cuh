@@ -66,14 +66,6 @@ struct RingShape {
   // not served interleaved with all its others (and every other block's) and its sums begin
   // while the rest stream. ring_shape sets 1 (NOTES.md v36).
   int in_flight = 0;
-  // Parts a tile's bytes arrive in along K, each with its own full barrier, so that the warps
-  // sum a tile's first columns while the rest stream (Q4_K rows on pair-planar inputs alone,
-  // RingRows::Q4; set by with_parts). Part j holds, of every row, the chunk pairs
-  // [j, j + 1) * 32 * split: the j-th pair of each lane of the split warps of a unit (warp
-  // part w takes pairs j * 32 * split + 32 w + lane, one a lane a part; with split 1 the pairs
-  // a lane takes and their order are the whole tile's, so the same sums). Stage i's barriers
-  // are full[i * parts + j], so stages * parts <= kRingMaxStages.
-  int parts = 1;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -97,15 +89,13 @@ __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %
 // Loaded in the epilogue instead, the 7B's down waited on those loads (ncu: long scoreboard 4.4
 // stalls an issue), and with several warps a row its next tile's barrier waited with it.
 // kSplit: whether s.split may be more than 1 (else it is 1, and each warp sums whole rows).
-// kParts: whether s.parts may be more than 1 (Q4_K rows; else the code for parts is left out:
-// it costs the gate/up and q/k/v rings a few bytes of spills).
 // after_tile(first, i) runs in every consumer thread once the epilogues of this block's i-th
 // tile (run 0 from row `first`) have run, after a barrier of the consumer warps (so their writes
 // happened before it); none and no barrier without one.
 struct NoAfterTile {
   __device__ void operator()(int, int) const {}
 };
-template <RingRows kRows, int P, bool kSplit = false, bool kParts = false, class Inputs, class Epilogue, class Preload = NoPreload,
+template <RingRows kRows, int P, bool kSplit = false, class Inputs, class Epilogue, class Preload = NoPreload,
           class AfterTile = NoAfterTile>
 __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* smem, Inputs inputs, Epilogue epilogue,
                                           Preload preload = {}, AfterTile after_tile = {}) {
@@ -129,13 +119,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     const bool q6 = kRows == RingRows::Q6 || (kRows == RingRows::Both && first >= s.q6_from);
     return Tile{first, q6, kRows == RingRows::Q8 ? size_t(s.K) : q6 ? q6k_row_bytes(s.K) : q4k_row_bytes(s.K)};
   };
-  // Parts along K (RingShape::parts): Q4_K rows alone, whose pairs of chunks are 32 bytes of
-  // the row's first K / 2 and 4 of its scales after them.
-  const int parts = kParts && kRows == RingRows::Q4 && RUNAHEAD_RING_DIAG == 0 ? s.parts : 1;
-  const int part_pairs = 32 * (kSplit ? s.split : 1), row_pairs = s.K / 64;
   if (threadIdx.x == 0) {
     for (int i = 0; i < s.stages; ++i) {
-      for (int j = 0; j < parts; ++j) mbarrier_init(&full[i * parts + j], 1);
+      mbarrier_init(&full[i], 1);
       mbarrier_init(&empty[i], kRingWarps);
       mbarrier_init(&known[i], 1);
     }
@@ -154,7 +140,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     if (i >= s.stages) mbarrier_wait(&empty[stage], (i / s.stages - 1) & 1);
     if (i >= ahead && ahead < s.stages) {
       const int landed = i - ahead;
-      mbarrier_wait(&full[(landed % s.stages) * parts + parts - 1], (landed / s.stages) & 1);
+      mbarrier_wait(&full[landed % s.stages], (landed / s.stages) & 1);
     }
     int tile = int(blockIdx.x) + i * int(gridDim.x);
     if (taking) {
@@ -175,22 +161,6 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
         const size_t r = size_t(t.first + p * s.run_rows);
         bulk_load(dst + p * run, s.q8 + r * s.K, unsigned(run), &full[stage], policy);
         bulk_load(dst + P * run + p * scales, s.q8_scales + r * (s.K / 32), unsigned(scales), &full[stage], policy);
-      }
-      return true;
-    }
-    if (kParts && parts > 1) {  // each row's pairs of the part, and their scales
-      const size_t half = size_t(s.K) / 2;
-      for (int j = 0; j < parts; ++j) {
-        const int p0 = j * part_pairs, p1 = min(row_pairs, p0 + part_pairs);
-        uint64_t* bar = &full[stage * parts + j];
-        mbarrier_expect_bytes(bar, unsigned(P * s.tile_rows() * (p1 - p0) * 36));
-        for (int p = 0; p < P; ++p)
-          for (int r = 0; r < s.tile_rows(); ++r) {
-            const uint8_t* from = s.row(t.first + p * s.run_rows + r);
-            unsigned char* to = dst + p * run + r * t.row_bytes;
-            bulk_load(to + p0 * 32, from + p0 * 32, unsigned((p1 - p0) * 32), bar, policy);
-            bulk_load(to + half + p0 * 4, from + half + p0 * 4, unsigned((p1 - p0) * 4), bar, policy);
-          }
       }
       return true;
     }
@@ -225,7 +195,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   const int chunk = kRows == RingRows::Q8 ? Chunk<Q8Weight>::kElems : Chunk<KQWeight>::kElems;
   const int chunks = s.K / chunk, per_part = (chunks + split - 1) / split;
   const int c_begin = min(chunks, part * per_part), c_end = min(chunks, c_begin + per_part);
-  __shared__ float split_sums[2][kRingWarps][P];  // split > 1: the warps' sums, by tile parity
+  __shared__ float parts[2][kRingWarps][P];  // split > 1: the warps' sums, by tile parity
   for (int i = 0; taking || i < mine; ++i) {
     const int stage = i % s.stages;
     int index = int(blockIdx.x) + i * int(gridDim.x);
@@ -239,9 +209,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
 #pragma unroll
     for (int j = 0; j < kPreloads; ++j) pre[j] = 0.0f;
     if (lane == 0 && part == 0) preload(t.first + unit, pre);
-    if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage * parts], (i / s.stages) & 1);
+    if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], (i / s.stages) & 1);
     if (i == 0) trace_mark(0);
-    trace_mark(1);  // this tile's bytes (its first part's) are in: the last one stays
+    trace_mark(1);  // this tile's bytes are in: the last one stays
     const unsigned char* tile = ring + size_t(stage) * s.stage_bytes;
     const uint8_t* row[P];
 #pragma unroll
@@ -262,12 +232,6 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
       q8_0_dot_rows<P, 1, true>(w, d, c_begin, c_end, in, 1, acc);  // summed over the warp already
     } else if (t.q6)
       q6k_dot_rows<P, 1, true>(row, s.K, c_begin, c_end, in, 1, acc);
-    else if (kParts && parts > 1)
-      for (int j = 0; j < parts; ++j) {  // part 0's barrier passed above
-        if (j > 0) mbarrier_wait(&full[stage * parts + j], (i / s.stages) & 1);
-        const int c0 = min(chunks, 2 * (j * part_pairs + part * 32));
-        q4k_dot_rows<P, 1, true>(row, s.K, c0, min(chunks, c0 + 64), in, 1, acc);
-      }
     else
       q4k_dot_rows<P, 1, true>(row, s.K, c_begin, c_end, in, 1, acc);
     float sum[P];
@@ -278,16 +242,16 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     if (split == 1) {
       if (lane == 0) epilogue(t.first + warp, sum, pre);
     } else {
-      // The parts of this tile's units meet in `split_sums`; a slot is written again two tiles on,
+      // The parts of this tile's units meet in `parts`; a slot is written again two tiles on,
       // after every consumer has passed the next tile's barrier (so after its reader read it).
       if (lane == 0)
 #pragma unroll
-        for (int p = 0; p < P; ++p) split_sums[i & 1][warp][p] = sum[p];
+        for (int p = 0; p < P; ++p) parts[i & 1][warp][p] = sum[p];
       consumer_barrier();
       if (part == 0 && lane == 0) {
         for (int q = 1; q < split; ++q)
 #pragma unroll
-          for (int p = 0; p < P; ++p) sum[p] += split_sums[i & 1][warp + q][p];
+          for (int p = 0; p < P; ++p) sum[p] += parts[i & 1][warp + q][p];
         epilogue(t.first + unit, sum, pre);
       }
     }
@@ -391,16 +355,6 @@ inline void with_planar_inputs(RingShape& s, int K, const Q8Scratch& q8) {
 }
 inline RingRows ring_rows(const RingShape& s) {
   return s.q8 ? RingRows::Q8 : !s.q4 ? RingRows::Q6 : !s.q6 ? RingRows::Q4 : RingRows::Both;
-}
-// Parts along K (RingShape::parts) for a ring of Q4_K rows read on pair-planar inputs where a
-// lane has more than one pair of a row to sum, its stages cut so that their barriers fit (not
-// below 2); else as it is.
-inline void with_parts(RingShape& s, bool planar) {
-  if (s.stages == 0 || ring_rows(s) != RingRows::Q4 || !planar) return;
-  const int parts = (s.K / 64 + 32 * s.split - 1) / (32 * s.split);
-  if (parts < 2 || kRingMaxStages / parts < 2) return;
-  s.parts = parts;
-  s.stages = std::min(s.stages, kRingMaxStages / parts);
 }
 inline size_t ring_smem(const RingShape& s) { return size_t(s.staged_bytes) + size_t(s.stages) * s.stage_bytes; }
 // Blocks for the ring's kernel (its dynamic shared memory set): at most the resident ones, and

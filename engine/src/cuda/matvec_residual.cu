@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) matvec_
 // row rows / 2 on (a warp sums a row of each at once, loading the inputs once for both), and
 // each block first copies the inputs into shared memory (ring_copied_inputs); it runs 2 blocks
 // a multiprocessor (residual_ring), so its registers are bounded for 2.
-template <RingRows kRows, bool kLong, bool kSplit, bool kParts = false>
+template <RingRows kRows, bool kLong, bool kSplit>
 __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
     matvec_residual_ring_kernel(RingShape shape, float* x, Q8Inputs q8) {
   RUNAHEAD_TRACE_BLOCK(residual_ring);
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
   const auto inputs = [&] {
     return kLong ? ring_copied_inputs(q8, (kRows == RingRows::Q4 || kRows == RingRows::Both) && q8.planar, smem) : q8;
   };
-  ring_gemv<kRows, P, kSplit, kParts>(
+  ring_gemv<kRows, P, kSplit>(
       shape, smem, inputs,
       [&](int r, const float (&sum)[P], const float (&old)[kPreloads]) {
 #pragma unroll
@@ -114,14 +114,6 @@ bool residual_ring_applies(const void* w, DType dtype, const void* scale, int ro
   return residual_ring_of(w, dtype, scale, rows, K, ring, tuning).stages > 0;
 }
 
-int residual_ring_parts(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
-                        RingTuning tuning, bool planar) {
-  RingShape shape = residual_ring_of(w, dtype, scale, rows, K, ring, tuning);
-  if (shape.stages == 0) return 0;
-  if (tuning.parts) with_parts(shape, planar && dtype == DType::Q4_K);
-  return shape.parts;
-}
-
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized, KqRing ring,
                          RingTuning tuning, int* ring_cursor) {
@@ -131,16 +123,9 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
   if (RingShape shape = n == 1 ? residual_ring_of(w, dtype, scale, rows, K, ring, tuning) : RingShape{};
       shape.stages > 0) {
     if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream);
-    if (tuning.parts) with_parts(shape, own.planar != nullptr);
     const bool long_rows = shape.run_rows < rows, split = shape.split > 1;
     auto pick = [&](auto rows_c) {
       constexpr RingRows kR = decltype(rows_c)::value;
-      if constexpr (kR == RingRows::Q4)
-        if (shape.parts > 1) {
-          if (long_rows)
-            return split ? matvec_residual_ring_kernel<kR, true, true, true> : matvec_residual_ring_kernel<kR, true, false, true>;
-          return split ? matvec_residual_ring_kernel<kR, false, true, true> : matvec_residual_ring_kernel<kR, false, false, true>;
-        }
       if (long_rows)
         return split ? matvec_residual_ring_kernel<kR, true, true> : matvec_residual_ring_kernel<kR, true, false>;
       return split ? matvec_residual_ring_kernel<kR, false, true> : matvec_residual_ring_kernel<kR, false, false>;
