@@ -385,6 +385,8 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
       // ... and a block asking for one tile at a time (each once the one before it is in)
       auto [one_by_one, all_at_once] = switched_pair(m.w, options, "RUNAHEAD_CUDA_RING_IN_FLIGHT", "1");
       CHECK(decode_gap(*one_by_one, *all_at_once, V, 6) == 0.0);
+      CHECK(one_by_one->describe()["optimizations"]["ring_tiles_in_flight"] == 1);
+      CHECK(all_at_once->describe()["optimizations"]["ring_tiles_in_flight"] == 0);
     }
     unsetenv("RUNAHEAD_CUDA_RING_BLOCKS");
     unsetenv("RUNAHEAD_CUDA_KQ_RING");

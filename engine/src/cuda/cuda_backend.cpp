@@ -241,6 +241,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"split_k_decode_attention", attention_.splits},
               {"lm_head_rows_taken_as_blocks_finish", head_cursor_},
               {"ring_tiles_taken_as_stages_free", ring_cursors_.bytes() > 0},
+              {"ring_tiles_in_flight", ring_tiles_in_flight()},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},

@@ -152,6 +152,8 @@ struct RingTuning {
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
                          KqRing ring = KqRing::Off, RingTuning tuning = {}, int* ring_cursor = nullptr);
+// The tiles each block of a bulk-copy ring keeps in flight (0: as many as it has stages).
+int ring_tiles_in_flight();
 // Whether one token's matvec_residual_add of that matrix goes through the bulk-copy ring
 // (Q4_K rows of one format or Q8_0 rows; ring not Off; a device with bulk copies).
 bool residual_ring_applies(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,

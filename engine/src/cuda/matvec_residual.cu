@@ -98,6 +98,7 @@ RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingT
 }  // namespace
 
 bool rings_run_here() { return bulk_copies_on(); }
+int ring_tiles_in_flight() { return ring_in_flight(); }
 
 namespace {
 // One token's ring for the matrix where one applies (Q4_K rows of one format or Q8_0 rows, ring
