@@ -240,6 +240,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"fused_rmsnorm_gate_up_swiglu", true},
               {"split_k_decode_attention", attention_.splits},
               {"lm_head_rows_taken_as_blocks_finish", head_cursor_},
+              {"lm_head_ring", lm_head_ring_applies(head_args(), sms_)},
               {"ring_tiles_taken_as_stages_free", ring_cursors_.bytes() > 0},
               {"ring_tiles_in_flight", ring_tiles_in_flight()},
               {"decode_attention_merged_in_cluster", attention_.cluster},
@@ -592,10 +593,13 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     act_ = DeviceBuffer(size_t(kMaxVecTokens) * I * 4);
     logits_d_ = DeviceBuffer(size_t(kMaxVecTokens) * V * 4);
     head_partial_ = DeviceBuffer(size_t(2) * kMaxVecTokens * lm_head_blocks(V, sms_) * 4);
-    head_counter_ = DeviceBuffer(2 * sizeof(int));  // LmHead's counter and cursor
+    head_counter_ = DeviceBuffer(4 * sizeof(int));  // LmHead's counter, cursor and ring cursor pair
     check_cuda(cudaMemset(head_counter_.get(), 0, head_counter_.bytes()), "cudaMemset");
     // RUNAHEAD_CUDA_LM_HEAD_CURSOR=0: lm_head's blocks take its rows in turn (LmHead::cursor), to measure.
     head_cursor_ = !env_is("RUNAHEAD_CUDA_LM_HEAD_CURSOR", "0");
+    // RUNAHEAD_CUDA_LM_HEAD_RING=1: one token's K-quant or Q8_0 lm_head through a ring of bulk
+    // copies (LmHead::ring), to measure.
+    head_ring_ = env_is("RUNAHEAD_CUDA_LM_HEAD_RING", "1");
     attention_.heads = c_.num_heads;
     attention_.kv_heads = c_.num_kv_heads;
     attention_.head_dim = hd;
@@ -993,6 +997,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   // Final norm + lm_head + argmax of `rows` rows of x starting at row `first`.
   void enqueue_head(int first, int rows, const StepEnd& end) override {
+    rmsnorm_lm_head_argmax(head_args(), x_.get<float>() + size_t(first) * c_.hidden_size, rows, logits_d_.get<float>(),
+                           end, sms_, stream_);
+  }
+  LmHead head_args() const {
     LmHead a;
     a.w = lm_head_weights();
     a.dtype = head_dtype_;
@@ -1005,8 +1013,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.counter = head_counter_.get<int>();
     a.cursor = head_cursor_ ? head_counter_.get<int>() + 1 : nullptr;
     a.q8 = q8_inputs();
-    rmsnorm_lm_head_argmax(a, x_.get<float>() + size_t(first) * c_.hidden_size, rows, logits_d_.get<float>(), end,
-                           sms_, stream_);
+    a.ring = head_ring_;
+    a.ring_cursor = head_cursor_ ? head_counter_.get<int>() + 2 : nullptr;
+    return a;
   }
 
   // One step of n <= kMaxVecTokens tokens (tokens_d_) through the matrix-vector path,
@@ -1259,6 +1268,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
+  bool head_ring_ = false;   // allocate(): LmHead::ring
   bool down_q8_ = false;  // allocate(): down's inputs quantized by gate/up's ring where it runs
   bool down_quantized_ = false;  // the last gate/up enqueued wrote down's int8 inputs
   DeviceBuffer gate_up_counters_;  // DownInputs::counters
