@@ -31,6 +31,18 @@ __device__ __forceinline__ void best_of_blocks(const float* partial, int blocks,
   }
 }
 
+// Once this block's partial is stored: whether it is the grid's last block to get here (and
+// then sees every block's). Every thread calls it.
+__device__ __forceinline__ bool last_to_finish(int* counter) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == int(gridDim.x) - 1;
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 // One pair of vocabulary rows per unit. Each block leaves its best (value, index) per
 // token in `partial`; the last block to finish reduces them, every thread a share of the
 // blocks, and ends the step.
@@ -46,7 +58,6 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   __shared__ float best_v[kGemvWarps][NT];
   __shared__ int best_i[kGemvWarps][NT];
   __shared__ int32_t tokens[NT];
-  __shared__ bool last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int H = a.hidden, units = a.vocab / 2;
   const RowMatrix<W> w{static_cast<const W*>(a.w), a.scale, H, kq_q6_from(a.w, a.scale, a.vocab, a.vocab)};
@@ -94,12 +105,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
     a.partial[(size_t(blockIdx.x) * n + t) * 2] = v;
     a.partial[(size_t(blockIdx.x) * n + t) * 2 + 1] = __int_as_float(i);
   }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1) == int(gridDim.x) - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_to_finish(a.counter)) return;
   for (int t = 0; t < n; ++t) {  // token t's best of every block's: the warps', then the block's
     float v;
     int i;
@@ -135,7 +141,6 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
   __shared__ float best_v[kWarps];
   __shared__ int best_i[kWarps];
   __shared__ int32_t token;
-  __shared__ bool last;
   float inv = 0.0f, my_v = -INFINITY;
   int my_i = 0x7fffffff;
   ring_gemv<kRows, 1, kSplit>(
@@ -160,12 +165,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
     a.partial[size_t(blockIdx.x) * 2] = v;
     a.partial[size_t(blockIdx.x) * 2 + 1] = __int_as_float(i);
   }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1) == int(gridDim.x) - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_to_finish(a.counter)) return;
   float v;
   int i;
   best_of_blocks(a.partial, int(gridDim.x), 1, 0, v, i);
