@@ -64,7 +64,8 @@ struct RingShape {
   // Tiles a block keeps in flight (0: as many as it has stages): where fewer, the producer asks
   // for a tile only once the one `in_flight` before it is in, so that a block's first tile is
   // not served interleaved with all its others (and every other block's) and its sums begin
-  // while the rest stream. ring_shape sets 1 (NOTES.md v36).
+  // while the rest stream. ring_shape sets ring_in_flight()'s (1: NOTES.md v36); lm_head's ring,
+  // a long stream of small tiles, every stage.
   int in_flight = 0;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
