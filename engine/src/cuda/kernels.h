@@ -72,6 +72,11 @@ void embedding_lookup(const void* embed, DType dtype, const void* scale, int H, 
 // rows with several warps a row; q/k/v: where there are enough tiles, a tile for every two
 // multiprocessors), Forced wherever it can run, Off never.
 enum class KqRing { Off, Auto, Forced };
+// The tiles each block of a bulk-copy ring keeps in flight (RingShape::in_flight): one, each asked
+// for once the one before it is in: on an H100 the 1.5B Q4_K_M decodes 7 % faster than with every
+// stage in flight, the 7B 3 % (NOTES.md v36). The backend reads RUNAHEAD_CUDA_RING_IN_FLIGHT=n at
+// load (0: every stage) and passes it to each ring's launch.
+constexpr int kRingTilesInFlight = 1;
 // Whether this device runs the rings (bulk copies: compute capability 9.0 or more).
 bool rings_run_here();
 
@@ -100,6 +105,7 @@ struct QkvRope {
   float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
   float* v_cache = nullptr;
   Q8Scratch q8;  // a Q8_0 or K-quant matrix's quantized inputs
+  int ring_in_flight = kRingTilesInFlight;  // its ring's tiles a block in flight
 };
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
                              int sms, cudaStream_t stream, KqRing ring = KqRing::Off);
@@ -148,12 +154,11 @@ struct RingTuning {
   int split = 0, long_rows = 0;
   int stages = 0;      // the long matrices' ring stages at most (0: its rule, 2)
   int warp_split = 0;  // where no ring runs: warps a unit of the per-warp kernel (0: gemv_split's rule)
+  int in_flight = kRingTilesInFlight;  // the rings' tiles a block in flight
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
                          KqRing ring = KqRing::Off, RingTuning tuning = {}, int* ring_cursor = nullptr);
-// The tiles each block of a bulk-copy ring keeps in flight (0: as many as it has stages).
-int ring_tiles_in_flight();
 // Whether one token's matvec_residual_add of that matrix goes through the bulk-copy ring
 // (Q4_K rows of one format or Q8_0 rows; ring not Off; a device with bulk copies).
 bool residual_ring_applies(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
@@ -179,7 +184,7 @@ struct DownInputs {
 bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring = KqRing::Auto, const DownInputs& down = {},
-                            int* ring_cursor = nullptr);
+                            int* ring_cursor = nullptr, int ring_in_flight = kRingTilesInFlight);
 bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first

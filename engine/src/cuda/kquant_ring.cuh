@@ -20,6 +20,7 @@
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/common.cuh"
+#include "cuda/kernels.h"
 
 namespace runahead::cuda {
 
@@ -64,8 +65,8 @@ struct RingShape {
   // Tiles a block keeps in flight (0: as many as it has stages): where fewer, the producer asks
   // for a tile only once the one `in_flight` before it is in, so that a block's first tile is
   // not served interleaved with all its others (and every other block's) and its sums begin
-  // while the rest stream. ring_shape sets ring_in_flight()'s (1: NOTES.md v36); lm_head's ring,
-  // a long stream of small tiles, every stage.
+  // while the rest stream. ring_shape sets kRingTilesInFlight, each launch what the backend says;
+  // lm_head's ring, a long stream of small tiles, every stage.
   int in_flight = 0;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
@@ -295,14 +296,6 @@ __device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool 
   return Q8Inputs{planar ? nullptr : q, d, K, planar ? q : nullptr};
 }
 
-// The tiles a ring block keeps in flight (RingShape::in_flight): one, each asked for once the
-// one before it is in: on an H100 the 1.5B Q4_K_M decodes 7 % faster than with every stage in
-// flight, the 7B 3 % (NOTES.md v36). RUNAHEAD_CUDA_RING_IN_FLIGHT=n: at most n (0: every stage).
-inline int ring_in_flight() {
-  const char* in_flight = std::getenv("RUNAHEAD_CUDA_RING_IN_FLIGHT");
-  return in_flight ? std::max(0, std::atoi(in_flight)) : 1;
-}
-
 // Host side: the ring for one token over a K-quant matrix (q4, q6, q6_from as RowMatrix takes
 // them) or, with q8, a Q8_0 one (q4 its int8 weights, q6 their scales; K a multiple of 256, so
 // that a row's scales are whole 16 bytes) of K weights a row, its tiles laid out as RingShape
@@ -336,7 +329,7 @@ inline RingShape ring_shape(const void* q4, const void* q6, int q6_from, int K, 
   const int budget = per_sm / blocks_per_sm - 1024 - 512;  // the runtime's 1 KB a block, static shared memory
   const int stages = std::min(kRingMaxStages, (budget - s.staged_bytes) / s.stage_bytes);
   s.stages = stages >= min_stages ? stages : 0;
-  s.in_flight = ring_in_flight();
+  s.in_flight = kRingTilesInFlight;
   return s;
 }
 // A plain matrix of total_rows rows, or gate/up (P = 2: the first half's rows, then the

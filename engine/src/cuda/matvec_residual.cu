@@ -90,6 +90,7 @@ RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingT
     RingShape shape = ring_shape_rows(w, scale, rows, long_rows ? 2 : 1, K, 1, staged, split,
                                       long_rows ? 2 : kRingBlocksPerSm, q8);
     if (long_rows) shape.stages = std::min(shape.stages, tuning.stages ? tuning.stages : kLongRingStages);
+    shape.in_flight = tuning.in_flight;
     if (shape.stages > 0 || tuning.split) return shape;
   }
   return RingShape{};
@@ -98,7 +99,6 @@ RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingT
 }  // namespace
 
 bool rings_run_here() { return bulk_copies_on(); }
-int ring_tiles_in_flight() { return ring_in_flight(); }
 
 namespace {
 // One token's ring for the matrix where one applies (Q4_K rows of one format or Q8_0 rows, ring
