@@ -406,50 +406,6 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
   }
 }
 
-// One token's lm_head through a ring of bulk copies (RUNAHEAD_CUDA_LM_HEAD_RING=1) against the
-// per-warp kernel, on Q4_K, Q6_K and Q8_0 rows (untied: the lm_head is the format's, as stored):
-// the logits within the other rings' tolerance (the same products in another order), and each
-// token the device's greedy loop picks (the ring's argmax of its blocks' bests) is the per-warp
-// kernel's best of the same step or within that tolerance of it.
-TEST_CASE("cuda k-quant and q8_0: lm_head through the bulk-copy ring computes what the per-warp kernel computes") {
-  if (!have_device() || !rings_run_here()) return;
-  const ModelWeights base = k_quant_base(false);
-  const NamedModel models[] = {
-      {"q4_k", std::make_shared<const ModelWeights>(quantize_matrices(base, QuantType::Q4_K))},
-      {"q6_k", std::make_shared<const ModelWeights>(quantize_matrices(base, QuantType::Q6_K))},
-      {"q8_0", std::make_shared<const ModelWeights>(quantize_matrices(base, QuantType::Q8_0))},
-  };
-  for (const auto& m : models) {
-    const std::string model = m.name;
-    CAPTURE(model);
-    BackendOptions options;
-    options.context_length = 256;
-    if (model == "q8_0") options.require = {"quantized_kernels"};  // a small model would be widened to bf16
-    const int V = m.w->config.vocab_size;
-    auto [ring, warps] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_LM_HEAD_RING", "1", "lm_head_ring");
-    CHECK(decode_gap(*ring, *warps, V, 12) <= 1e-2);
-    std::vector<float> a, b;
-    const int32_t first = 1;
-    ring->forward(std::span<const int32_t>(&first, 1), 1, a);
-    warps->forward(std::span<const int32_t>(&first, 1), 1, b);
-    int32_t fed = argmax_row(b, 0, V);
-    std::vector<int32_t> picked;
-    ring->decode(fed, 6, SamplingParams{}, [&](int32_t t) {
-      picked.push_back(t);
-      return true;
-    });
-    REQUIRE(picked.size() == 6);
-    for (const int32_t t : picked) {
-      warps->forward(std::span<const int32_t>(&fed, 1), 1, b);
-      const float best = *std::max_element(b.begin(), b.end());
-      float scale = 0.0f;
-      for (const float v : b) scale = std::max(scale, std::fabs(v));
-      CHECK(b[size_t(t)] >= best - 1e-2f * scale);
-      fed = t;
-    }
-  }
-}
-
 // A Q8_0 model's gate/up, o_proj, down and q/k/v go through the same rings (their tiles' int8 weights,
 // then their scales: kquant_ring.cuh): against the per-warp kernels, the same products in another
 // order (tolerance as above), with and without q/k norms, as the 7B's long matrices go too.

@@ -240,7 +240,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"fused_rmsnorm_gate_up_swiglu", true},
               {"split_k_decode_attention", attention_.splits},
               {"lm_head_rows_taken_as_blocks_finish", head_cursor_},
-              {"lm_head_ring", lm_head_ring_applies(head_args(), sms_)},
               {"ring_tiles_taken_as_stages_free", ring_cursors_.bytes() > 0},
               {"ring_tiles_in_flight", ring_in_flight_},
               {"decode_attention_merged_in_cluster", attention_.cluster},
@@ -593,13 +592,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     act_ = DeviceBuffer(size_t(kMaxVecTokens) * I * 4);
     logits_d_ = DeviceBuffer(size_t(kMaxVecTokens) * V * 4);
     head_partial_ = DeviceBuffer(size_t(2) * kMaxVecTokens * lm_head_blocks(V, sms_) * 4);
-    head_counter_ = DeviceBuffer(4 * sizeof(int));  // LmHead's counter, cursor and ring cursor pair
+    head_counter_ = DeviceBuffer(2 * sizeof(int));  // LmHead's counter and cursor
     check_cuda(cudaMemset(head_counter_.get(), 0, head_counter_.bytes()), "cudaMemset");
     // RUNAHEAD_CUDA_LM_HEAD_CURSOR=0: lm_head's blocks take its rows in turn (LmHead::cursor), to measure.
     head_cursor_ = !env_is("RUNAHEAD_CUDA_LM_HEAD_CURSOR", "0");
-    // RUNAHEAD_CUDA_LM_HEAD_RING=1: one token's K-quant or Q8_0 lm_head through a ring of bulk
-    // copies (LmHead::ring), to measure.
-    head_ring_ = env_is("RUNAHEAD_CUDA_LM_HEAD_RING", "1");
     attention_.heads = c_.num_heads;
     attention_.kv_heads = c_.num_kv_heads;
     attention_.head_dim = hd;
@@ -1018,8 +1014,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.counter = head_counter_.get<int>();
     a.cursor = head_cursor_ ? head_counter_.get<int>() + 1 : nullptr;
     a.q8 = q8_inputs();
-    a.ring = head_ring_;
-    a.ring_cursor = head_cursor_ ? head_counter_.get<int>() + 2 : nullptr;
     return a;
   }
 
@@ -1273,7 +1267,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
-  bool head_ring_ = false;   // allocate(): LmHead::ring
   int ring_in_flight_ = kRingTilesInFlight;  // allocate(): every ring's RingShape::in_flight
   bool down_q8_ = false;  // allocate(): down's inputs quantized by gate/up's ring where it runs
   bool down_quantized_ = false;  // the last gate/up enqueued wrote down's int8 inputs

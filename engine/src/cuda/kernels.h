@@ -203,14 +203,8 @@ struct LmHead {
   // vocabulary's rows as they finish the ones before (block_gemv's cursor) instead of in turn.
   int* cursor = nullptr;
   Q8Scratch q8;
-  // One token's K-quant or Q8_0 rows through a ring of bulk copies (lm_head_ring_applies), taking
-  // tiles past the first round from ring_cursor (a pair of ints, zero before the launch and left
-  // so by it; null: in turn).
-  bool ring = false;
-  int* ring_cursor = nullptr;
 };
 int lm_head_blocks(int vocab, int sms);
-bool lm_head_ring_applies(const LmHead& a, int sms);
 void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logits, const StepEnd& end,
                             int sms, cudaStream_t stream);
 

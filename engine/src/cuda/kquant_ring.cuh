@@ -65,13 +65,8 @@ struct RingShape {
   // Tiles a block keeps in flight (0: as many as it has stages): where fewer, the producer asks
   // for a tile only once the one `in_flight` before it is in, so that a block's first tile is
   // not served interleaved with all its others (and every other block's) and its sums begin
-  // while the rest stream. ring_shape sets kRingTilesInFlight, each launch what the backend says;
-  // lm_head's ring, a long stream of small tiles, every stage.
+  // while the rest stream. ring_shape sets kRingTilesInFlight, each launch what the backend says.
   int in_flight = 0;
-  // With a cursor: the producer asks the cursor for its next tile as soon as it has issued one's
-  // copies, so the count's round trip overlaps the wait for a free stage instead of following it
-  // (take_tiles; RUNAHEAD_CUDA_RING_CLAIM_AHEAD=1, to measure).
-  bool claim_ahead = false;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -136,7 +131,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   __syncthreads();
   const bool producer = warp == kRingWarps && lane == 0;
   uint64_t policy = 0;
-  int issued = 0, claimed = 0;
+  int issued = 0;
   bool more = true;  // the producer: tiles may be left
   // Tiles asked for before the one `ahead` after them is in (every stage's with RUNAHEAD_RING_DIAG 2,
   // whose producer fills the stages once before pdl_wait).
@@ -150,10 +145,8 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     }
     int tile = int(blockIdx.x) + i * int(gridDim.x);
     if (taking) {
-      if (i >= s.stages) tile = s.stages * int(gridDim.x) + (s.claim_ahead ? claimed : atomicAdd(s.cursor, 1));
+      if (i >= s.stages) tile = s.stages * int(gridDim.x) + atomicAdd(s.cursor, 1);
       if (tile >= s.tiles) tile = -1;
-      // the tile after this one, asked for now (its count read only at the next issue)
-      if (s.claim_ahead && tile >= 0 && i + 1 >= s.stages) claimed = atomicAdd(s.cursor, 1);
       tile_in[stage] = tile;
       mbarrier_arrive(&known[stage]);
       if (tile < 0) return false;
@@ -378,11 +371,6 @@ template <class Kernel> int ring_blocks(Kernel kernel, const RingShape& s, int s
 // is the likely cost, not measured apart).
 inline void take_tiles(RingShape& s, int blocks, int* cursor) {
   s.cursor = s.tiles > s.stages * blocks ? cursor : nullptr;
-  static const bool claim_ahead = [] {
-    const char* v = std::getenv("RUNAHEAD_CUDA_RING_CLAIM_AHEAD");
-    return v && v[0] == '1' && v[1] == 0;
-  }();
-  s.claim_ahead = claim_ahead;
 }
 
 }  // namespace runahead::cuda

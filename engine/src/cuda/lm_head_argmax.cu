@@ -4,7 +4,6 @@
 
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
-#include "cuda/kquant_ring.cuh"
 
 namespace runahead::cuda {
 namespace {
@@ -127,88 +126,6 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   }
 }
 
-// One token's final norm, lm_head and argmax on K-quant rows of one format, or Q8_0 rows,
-// through a ring of bulk copies (kquant_ring.cuh), as gate/up's ring: a tile is 8 / split
-// vocabulary rows, the inputs normalised and quantized by each block (ring_norm_inputs); the
-// lane that ends a row keeps the best of its rows; then, as the kernel above, each block's best
-// in `partial` and the last block to finish reduces them and ends the step.
-template <RingRows kRows, bool kSplit>
-__global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
-    lm_head_ring_kernel(RingShape shape, LmHead a, const float* x, float* logits, StepEnd end) {
-  RUNAHEAD_TRACE_BLOCK(lm_head);
-  extern __shared__ __align__(128) unsigned char smem[];
-  constexpr int kWarps = kRingThreads / kWarp;
-  __shared__ float best_v[kWarps];
-  __shared__ int best_i[kWarps];
-  __shared__ int32_t token;
-  float inv = 0.0f, my_v = -INFINITY;
-  int my_i = 0x7fffffff;
-  ring_gemv<kRows, 1, kSplit>(
-      shape, smem, [&] { return ring_norm_inputs(shape, x, a.norm, a.hidden, a.eps, smem, inv); },
-      [&](int r, const float (&sum)[1], const float (&)[kPreloads]) {
-        const float v = sum[0] * inv;
-        logits[r] = v;
-        if (better(v, r, my_v, my_i)) my_v = v, my_i = r;
-      });
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (lane == 0) best_v[warp] = my_v, best_i[warp] = my_i;  // the producer warp's: none
-  __syncthreads();
-  const auto warps_best = [&](float& v, int& i) {
-    v = best_v[0], i = best_i[0];
-    for (int k = 1; k < kWarps; ++k)
-      if (better(best_v[k], best_i[k], v, i)) v = best_v[k], i = best_i[k];
-  };
-  if (threadIdx.x == 0) {
-    float v;
-    int i;
-    warps_best(v, i);
-    a.partial[size_t(blockIdx.x) * 2] = v;
-    a.partial[size_t(blockIdx.x) * 2 + 1] = __int_as_float(i);
-  }
-  if (!last_to_finish(a.counter)) return;
-  float v;
-  int i;
-  best_of_blocks(a.partial, int(gridDim.x), 1, 0, v, i);
-  if (lane == 0) best_v[warp] = v, best_i[warp] = i;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    warps_best(v, i);
-    token = i == 0x7fffffff ? 0 : i;  // all NaN: token 0 rather than out of range
-    finish_step(end, &token, 1);
-    *a.counter = 0;
-  }
-}
-
-// The lm_head ring's launch for one token, or stages 0 where it does not apply (a.ring Off, rows
-// neither K-quant nor Q8_0, a vocabulary not a multiple of 8 rows, no two stages fitting).
-struct LmHeadRingLaunch {
-  RingShape shape{};
-  void (*kernel)(RingShape, LmHead, const float*, float*, StepEnd) = nullptr;
-  int blocks = 0;
-};
-LmHeadRingLaunch lm_head_ring_launch(const LmHead& a, int n, int sms) {
-  LmHeadRingLaunch l;
-  const bool q8 = a.dtype == DType::Q8_0;
-  if (!a.ring || n != 1 || (a.dtype != DType::Q4_K && !q8)) return l;
-  const int H = a.hidden;
-  for (int split = 1; split <= kRingWarps && l.shape.stages == 0; split *= 2)
-    l.shape = ring_shape_rows(a.w, a.scale, a.vocab, 1, H, n, q8 ? stage_q8_bytes(H) : ring_norm_staged_bytes(H), split,
-                              kRingBlocksPerSm, q8);
-  if (l.shape.stages == 0) return l;
-  if (!q8) with_planar_inputs(l.shape, H, a.q8);
-  // A long stream of small tiles (the 1.5B's 19k of 6.9 KB): every stage in flight, since one
-  // tile a block would keep only ~2.7 MB in flight, short of what the bandwidth needs.
-  l.shape.in_flight = 0;
-  const bool split = l.shape.split > 1;
-  l.kernel = ring_rows(l.shape) == RingRows::Q6   ? (split ? lm_head_ring_kernel<RingRows::Q6, true> : lm_head_ring_kernel<RingRows::Q6, false>)
-             : ring_rows(l.shape) == RingRows::Q4 ? (split ? lm_head_ring_kernel<RingRows::Q4, true> : lm_head_ring_kernel<RingRows::Q4, false>)
-             : split                              ? lm_head_ring_kernel<RingRows::Q8, true>
-                                                  : lm_head_ring_kernel<RingRows::Q8, false>;
-  int resident = 0;
-  l.blocks = ring_blocks(l.kernel, l.shape, sms, resident);
-  return l;
-}
-
 __global__ void advance_position_kernel(int* pos, int advance) {
   RUNAHEAD_TRACE_BLOCK(advance_position);
   pdl_wait();
@@ -223,11 +140,6 @@ int lm_head_blocks(int vocab, int sms) { return std::min(vocab / 2, 32 * sms); }
 
 void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logits, const StepEnd& end, int sms,
                             cudaStream_t stream) {
-  if (LmHeadRingLaunch l = lm_head_ring_launch(a, n, sms); l.shape.stages > 0) {
-    take_tiles(l.shape, l.blocks, a.ring_cursor);
-    launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, a, x, logits, end);
-    return;
-  }
   with_matrix_type(a.dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
     const size_t smem = prepare_norm_inputs<W>(x, a.norm, n, a.hidden, a.q8, stream);
@@ -237,8 +149,6 @@ void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logit
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, a, x, n, logits, end, split);
   });
 }
-
-bool lm_head_ring_applies(const LmHead& a, int sms) { return lm_head_ring_launch(a, 1, sms).shape.stages > 0; }
 
 void advance_position(int* pos, int advance, cudaStream_t stream) {
   launch_pdl(advance_position_kernel, dim3(1), dim3(1), 0, stream, pos, advance);
