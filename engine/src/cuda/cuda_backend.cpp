@@ -998,10 +998,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   // Final norm + lm_head + argmax of `rows` rows of x starting at row `first`.
   void enqueue_head(int first, int rows, const StepEnd& end) override {
-    rmsnorm_lm_head_argmax(head_args(), x_.get<float>() + size_t(first) * c_.hidden_size, rows, logits_d_.get<float>(),
-                           end, sms_, stream_);
-  }
-  LmHead head_args() const {
     LmHead a;
     a.w = lm_head_weights();
     a.dtype = head_dtype_;
@@ -1014,7 +1010,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.counter = head_counter_.get<int>();
     a.cursor = head_cursor_ ? head_counter_.get<int>() + 1 : nullptr;
     a.q8 = q8_inputs();
-    return a;
+    rmsnorm_lm_head_argmax(a, x_.get<float>() + size_t(first) * c_.hidden_size, rows, logits_d_.get<float>(), end,
+                           sms_, stream_);
   }
 
   // One step of n <= kMaxVecTokens tokens (tokens_d_) through the matrix-vector path,

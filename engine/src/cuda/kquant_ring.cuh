@@ -65,8 +65,8 @@ struct RingShape {
   // Tiles a block keeps in flight (0: as many as it has stages): where fewer, the producer asks
   // for a tile only once the one `in_flight` before it is in, so that a block's first tile is
   // not served interleaved with all its others (and every other block's) and its sums begin
-  // while the rest stream. ring_shape sets kRingTilesInFlight, each launch what the backend says.
-  int in_flight = 0;
+  // while the rest stream. Each launch sets what the backend says.
+  int in_flight = kRingTilesInFlight;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -328,7 +328,6 @@ inline RingShape ring_shape(const void* q4, const void* q6, int q6_from, int K, 
   const int budget = per_sm / blocks_per_sm - 1024 - 512;  // the runtime's 1 KB a block, static shared memory
   const int stages = std::min(kRingMaxStages, (budget - s.staged_bytes) / s.stage_bytes);
   s.stages = stages >= min_stages ? stages : 0;
-  s.in_flight = kRingTilesInFlight;
   return s;
 }
 // A plain matrix of total_rows rows, or gate/up (P = 2: the first half's rows, then the

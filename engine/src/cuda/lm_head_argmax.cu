@@ -13,35 +13,6 @@ __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i)
   return v > best_v || (v == best_v && i < best_i);
 }
 
-// Token t's best (value, index) of every block's in partial ([block][n][2], the index's bits as a
-// float), in v and i of every lane: a share of the blocks a thread, then the warp.
-__device__ __forceinline__ void best_of_blocks(const float* partial, int blocks, int n, int t, float& v, int& i) {
-  v = -INFINITY;
-  i = 0x7fffffff;
-  for (int b = threadIdx.x; b < blocks; b += blockDim.x) {
-    const float bv = __ldcg(partial + (size_t(b) * n + t) * 2);
-    const int bi = __float_as_int(__ldcg(partial + (size_t(b) * n + t) * 2 + 1));
-    if (better(bv, bi, v, i)) v = bv, i = bi;
-  }
-  for (int o = kWarp / 2; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (better(ov, oi, v, i)) v = ov, i = oi;
-  }
-}
-
-// Once this block's partial is stored: whether it is the grid's last block to get here (and
-// then sees every block's). Every thread calls it.
-__device__ __forceinline__ bool last_to_finish(int* counter) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == int(gridDim.x) - 1;
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
-}
-
 // One pair of vocabulary rows per unit. Each block leaves its best (value, index) per
 // token in `partial`; the last block to finish reduces them, every thread a share of the
 // blocks, and ends the step.
@@ -57,6 +28,7 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   __shared__ float best_v[kGemvWarps][NT];
   __shared__ int best_i[kGemvWarps][NT];
   __shared__ int32_t tokens[NT];
+  __shared__ bool last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int H = a.hidden, units = a.vocab / 2;
   const RowMatrix<W> w{static_cast<const W*>(a.w), a.scale, H, kq_q6_from(a.w, a.scale, a.vocab, a.vocab)};
@@ -104,11 +76,25 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
     a.partial[(size_t(blockIdx.x) * n + t) * 2] = v;
     a.partial[(size_t(blockIdx.x) * n + t) * 2 + 1] = __int_as_float(i);
   }
-  if (!last_to_finish(a.counter)) return;
-  for (int t = 0; t < n; ++t) {  // token t's best of every block's: the warps', then the block's
-    float v;
-    int i;
-    best_of_blocks(a.partial, int(gridDim.x), n, t, v, i);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1) == int(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int t = 0; t < n; ++t) {  // token t's best of every block's: a share of them a thread, then warps, then the block
+    float v = -INFINITY;
+    int i = 0x7fffffff;
+    for (int b = threadIdx.x; b < int(gridDim.x); b += blockDim.x) {
+      const float bv = __ldcg(a.partial + (size_t(b) * n + t) * 2);
+      const int bi = __float_as_int(__ldcg(a.partial + (size_t(b) * n + t) * 2 + 1));
+      if (better(bv, bi, v, i)) v = bv, i = bi;
+    }
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+      if (better(ov, oi, v, i)) v = ov, i = oi;
+    }
     if (lane == 0) best_v[warp][t] = v, best_i[warp][t] = i;
   }
   __syncthreads();
