@@ -63,19 +63,6 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
   return policy;
 }
 
-// The L2 policy of weights asked for ahead of their op (kernels.h L2Ahead::normal).
-__device__ __forceinline__ uint64_t evict_normal_policy() {
-  uint64_t policy = 0;
-  RUNAHEAD_SM90(asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy)));
-  return policy;
-}
-// Asks L2 for `bytes` (a multiple of 16) from `src` (16-byte aligned); nothing waits for them.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, unsigned bytes, uint64_t policy) {
-  RUNAHEAD_SM90(asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(src), "r"(bytes),
-                             "l"(policy)
-                             : "memory"));
-}
-
 // Whether this device runs the bulk copies (compute capability 9.0 or more).
 inline bool bulk_copies_on() {
   int device = 0, major = 0;

@@ -80,6 +80,8 @@ struct DeviceLayer {
   // The matrix a MatmulResidual op names, and its scales.
   const void* matrix(Role r) const { return matrix_buffers(r).first->get(); }
   const void* matrix_scale(Role r) const { return matrix_buffers(r).second->get(); }
+
+ private:
   std::pair<const DeviceBuffer*, const DeviceBuffer*> matrix_buffers(Role r) const {
     if (r == Role::Wo) return {&wo, &wo_scale};
     if (r == Role::WDown) return {&w_down, &w_down_scale};
@@ -240,7 +242,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"lm_head_rows_taken_as_blocks_finish", head_cursor_},
               {"ring_tiles_taken_as_stages_free", ring_cursors_.bytes() > 0},
               {"ring_tiles_in_flight", ring_in_flight_},
-              {"l2_ahead_mb", double(l2_ahead_bytes_) / 1e6},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
@@ -683,12 +684,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // kernels.h kRingTilesInFlight), to measure.
     if (const char* in_flight = std::getenv("RUNAHEAD_CUDA_RING_IN_FLIGHT")) ring_in_flight_ = std::max(0, std::atoi(in_flight));
     residual_tuning_.in_flight = ring_in_flight_;
-    // RUNAHEAD_CUDA_L2_AHEAD_MB=m: the rings of the ops RUNAHEAD_CUDA_L2_AHEAD_FROM names (q q/k/v,
-    // o o_proj, g gate/up, d down; "ogd" unset) ask L2 for the next op's first m MB
-    // (kernels.h L2Ahead; evict-normal with RUNAHEAD_CUDA_L2_AHEAD_NORMAL=1), to measure.
-    if (const char* mb = std::getenv("RUNAHEAD_CUDA_L2_AHEAD_MB")) l2_ahead_bytes_ = size_t(std::max(0.0, std::atof(mb)) * 1e6);
-    if (const char* from = std::getenv("RUNAHEAD_CUDA_L2_AHEAD_FROM")) l2_ahead_from_ = from;
-    l2_ahead_normal_ = env_is("RUNAHEAD_CUDA_L2_AHEAD_NORMAL", "1");
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");
@@ -912,7 +907,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.v_cache = v_cache_.get<float>() + size_t(l) * capacity_ * kvd;
     a.q8 = q8_inputs();
     a.ring_in_flight = ring_in_flight_;
-    a.ahead = ahead_;
     return a;
   }
 
@@ -950,8 +944,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     down_quantized_ = rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
                                              c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
                                              act_.get<float>(), q8_inputs(), sms_, stream_, gate_up_ring_,
-                                             n == 1 ? down_inputs() : DownInputs{}, ring_cursor(l, 1), ring_in_flight_,
-                                             ahead_);
+                                             n == 1 ? down_inputs() : DownInputs{}, ring_cursor(l, 1), ring_in_flight_);
   }
   // Layer l's pair of ints for the ring of its o_proj (0), gate/up (1) or down (2), or null
   // (RUNAHEAD_CUDA_RING_CURSOR=0: the blocks take their tiles in turn, to measure).
@@ -979,61 +972,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     if (role != Role::WDown) q8.planar = nullptr;
     matvec_residual_add(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
                         int(w.cols()), in, n, x_.get<float>(), q8, sms_, stream_, from_attention || from_gate_up,
-                        residual_ring_, residual_tuning_, ring_cursor(l, role == Role::Wo ? 0 : 2), ahead_);
-  }
-
-  // What the ring of layer l's op i asks L2 for (kernels.h L2Ahead): the first l2_ahead_bytes_
-  // of the next op's weights that has a matrix (the next layer's, after the last layer
-  // lm_head's), the same share of each of its buffers (gate/up's of its gate and its up halves,
-  // whose rows the ring's tiles take side by side); none where off or op i is not one the
-  // switch names.
-  L2Ahead l2_ahead_after(int l, size_t i) const {
-    L2Ahead a;
-    const Op& op = layer_ops_[i];
-    const char which = op.kind == OpKind::RmsnormQkvRopeAppend ? 'q'
-                       : op.kind == OpKind::RmsnormGateUpSwiglu ? 'g'
-                       : op.kind != OpKind::MatmulResidual     ? '\0'
-                       : op.weight == Role::Wo                 ? 'o'
-                                                               : 'd';
-    if (l2_ahead_bytes_ == 0 || which == '\0' || l2_ahead_from_.find(which) == std::string::npos) return a;
-    struct Part {
-      const DeviceBuffer* buffer;
-      int halves;
-    };
-    std::vector<Part> parts;
-    for (size_t j = i + 1;; ++j) {
-      if (j == layer_ops_.size()) j = 0, ++l;
-      if (l == c_.num_layers) {
-        parts = head_is_embedding() ? std::vector<Part>{{&embed_, 1}, {&embed_scale_, 1}}
-                                    : std::vector<Part>{{&lm_head_, 1}, {&lm_head_scale_, 1}};
-        break;
-      }
-      const Op& next = layer_ops_[j];
-      const DeviceLayer& d = layers_[l];
-      if (next.kind == OpKind::RmsnormQkvRopeAppend) parts = {{&d.wqkv, 1}, {&d.wqkv_scale, 1}};
-      if (next.kind == OpKind::RmsnormGateUpSwiglu) parts = {{&d.w_gate_up, 2}, {&d.w_gate_up_scale, 2}};
-      if (next.kind == OpKind::MatmulResidual) {
-        const auto [w, scale] = d.matrix_buffers(next.weight);
-        parts = {{w, 1}, {scale, 1}};
-      }
-      if (!parts.empty()) break;
-    }
-    size_t total = 0;
-    for (const Part& p : parts) total += p.buffer->bytes();
-    const double share = total ? std::min(1.0, double(l2_ahead_bytes_) / double(total)) : 0.0;
-    int r = 0;
-    for (const Part& p : parts) {
-      const size_t half = p.buffer->bytes() / p.halves;
-      if (half % 16 != 0) continue;  // (every buffer here holds whole rows of 16-byte multiples)
-      for (int h = 0; h < p.halves && r < L2Ahead::kRanges; ++h) {
-        const size_t bytes = size_t(double(half) * share) / 16 * 16;
-        if (bytes == 0) continue;
-        a.at[r] = static_cast<const unsigned char*>(p.buffer->get()) + h * half;
-        a.bytes[r++] = bytes;
-      }
-    }
-    a.normal = l2_ahead_normal_;
-    return a;
+                        residual_ring_, residual_tuning_, ring_cursor(l, role == Role::Wo ? 0 : 2));
   }
 
   float* buffer(Buffer b) const {
@@ -1083,11 +1022,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     if (!one_kernel) {
       enqueue_embedding(n);
       for (int l = 0; l < c_.num_layers; ++l)
-        for (size_t i = 0; i < layer_ops_.size(); ++i) {
-          ahead_ = n == 1 ? l2_ahead_after(l, i) : L2Ahead{};
-          enqueue_op(layer_ops_[i], l, n);
-        }
-      ahead_ = {};
+        for (const Op& op : layer_ops_) enqueue_op(op, l, n);
     }
     int* pos = pos_d_.get<int>();
     if (n_out == 0) {
@@ -1330,10 +1265,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
   int ring_in_flight_ = kRingTilesInFlight;  // allocate(): every ring's RingShape::in_flight
-  size_t l2_ahead_bytes_ = 0;                 // allocate(): RUNAHEAD_CUDA_L2_AHEAD_MB (l2_ahead_after)
-  std::string l2_ahead_from_ = "ogd";
-  bool l2_ahead_normal_ = false;
-  L2Ahead ahead_;  // what the op being enqueued asks L2 for (enqueue_vec_step)
   bool down_q8_ = false;  // allocate(): down's inputs quantized by gate/up's ring where it runs
   bool down_quantized_ = false;  // the last gate/up enqueued wrote down's int8 inputs
   DeviceBuffer gate_up_counters_;  // DownInputs::counters

@@ -77,18 +77,6 @@ enum class KqRing { Off, Auto, Forced };
 // stage in flight, the 7B 3 % (NOTES.md v36). The backend reads RUNAHEAD_CUDA_RING_IN_FLIGHT=n at
 // load (0: every stage) and passes it to each ring's launch.
 constexpr int kRingTilesInFlight = 1;
-// The next op's weights, which a ring's producer asks L2 for (cp.async.bulk.prefetch.L2) once it
-// has asked for its own block's last tile, so that DRAM streams them while this op's last sums,
-// its epilogue and the launches between end instead of idling until the next op's blocks ask:
-// up to kRanges byte ranges (each start 16-byte aligned, each length a multiple of 16), every
-// block of the launch asking for its share of each. The backend fills it where
-// RUNAHEAD_CUDA_L2_AHEAD_MB is set (at most that many MB a launch; none by default).
-struct L2Ahead {
-  static constexpr int kRanges = 4;
-  const void* at[kRanges] = {};
-  size_t bytes[kRanges] = {};
-  bool normal = false;  // evict-normal in L2 (else evict-first, as the rings' own copies)
-};
 // Whether this device runs the rings (bulk copies: compute capability 9.0 or more).
 bool rings_run_here();
 
@@ -118,7 +106,6 @@ struct QkvRope {
   float* v_cache = nullptr;
   Q8Scratch q8;  // a Q8_0 or K-quant matrix's quantized inputs
   int ring_in_flight = kRingTilesInFlight;  // its ring's tiles a block in flight
-  L2Ahead ahead;  // what its ring asks L2 for once its last tile is asked for
 };
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
                              int sms, cudaStream_t stream, KqRing ring = KqRing::Off);
@@ -171,8 +158,7 @@ struct RingTuning {
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
-                         KqRing ring = KqRing::Off, RingTuning tuning = {}, int* ring_cursor = nullptr,
-                         const L2Ahead& ahead = {});
+                         KqRing ring = KqRing::Off, RingTuning tuning = {}, int* ring_cursor = nullptr);
 // Whether one token's matvec_residual_add of that matrix goes through the bulk-copy ring
 // (Q4_K rows of one format or Q8_0 rows; ring not Off; a device with bulk copies).
 bool residual_ring_applies(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
@@ -184,7 +170,6 @@ bool residual_ring_applies(const void* w, DType dtype, const void* scale, int ro
 // so by each): where the ring runs, its blocks take their later tiles as they free stages
 // (kquant_ring.cuh RingShape::cursor); a pair for this launch alone, since the next kernel's
 // blocks start before this one ends.
-// `ahead` (here and in matvec_residual_add): where the ring runs, what it asks L2 for (L2Ahead).
 // `down` (q set; I a multiple of 32): where one token goes through the ring, act is also
 // written quantized per 32 into down.q / down.d as quantize_inputs_q8 would (the same bits),
 // with its pair-planar copy where down.planar is set, so down's matvec_residual_add takes it as
@@ -199,8 +184,7 @@ struct DownInputs {
 bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring = KqRing::Auto, const DownInputs& down = {},
-                            int* ring_cursor = nullptr, int ring_in_flight = kRingTilesInFlight,
-                            const L2Ahead& ahead = {});
+                            int* ring_cursor = nullptr, int ring_in_flight = kRingTilesInFlight);
 bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first

@@ -67,7 +67,6 @@ struct RingShape {
   // not served interleaved with all its others (and every other block's) and its sums begin
   // while the rest stream. Each launch sets what the backend says.
   int in_flight = kRingTilesInFlight;
-  L2Ahead ahead;  // what the producers ask L2 for once each has asked for its block's last tile
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -76,20 +75,6 @@ struct RingShape {
     return r < q6_from ? q4 + size_t(r) * q4k_row_bytes(K) : q6 + size_t(r - q6_from) * q6k_row_bytes(K);
   }
 };
-
-// This block's share of each of a's ranges asked of L2, in pieces of at most 64 KB.
-__device__ __forceinline__ void l2_ahead(const L2Ahead& a) {
-  if (a.bytes[0] == 0) return;
-  const uint64_t policy = a.normal ? evict_normal_policy() : evict_first_policy();
-  constexpr size_t kPiece = 4096;  // 16-byte units
-#pragma unroll
-  for (int r = 0; r < L2Ahead::kRanges; ++r) {
-    const size_t units = a.bytes[r] / 16, per = (units + gridDim.x - 1) / gridDim.x;
-    const size_t begin = size_t(blockIdx.x) * per, end = min(units, begin + per);
-    const unsigned char* at = static_cast<const unsigned char*>(a.at[r]);
-    for (size_t u = begin; u < end; u += kPiece) bulk_prefetch_l2(at + u * 16, unsigned(min(kPiece, end - u) * 16), policy);
-  }
-}
 
 // A barrier of the consumer warps alone (the producer warp has left: named barrier 1).
 __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %0;" ::"r"(kRingWarps * kWarp) : "memory"); }
@@ -200,7 +185,6 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   if (warp == kRingWarps) {
     if (producer && RUNAHEAD_RING_DIAG != 2)
       for (; more && (taking || issued < mine); ++issued) more = issue(issued);
-    if (producer) l2_ahead(s.ahead);
     if (producer && taking) {  // every producer done: the last sets the pair back to zero
       __threadfence();
       if (atomicAdd(s.cursor + 1, 1) == int(gridDim.x) - 1) s.cursor[0] = 0, s.cursor[1] = 0;

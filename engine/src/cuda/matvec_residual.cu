@@ -117,7 +117,7 @@ bool residual_ring_applies(const void* w, DType dtype, const void* scale, int ro
 
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized, KqRing ring,
-                         RingTuning tuning, int* ring_cursor, const L2Ahead& ahead) {
+                         RingTuning tuning, int* ring_cursor) {
   // One token's Q4_K rows read the inputs pair-planar where the caller gives the copy's place.
   const Q8Scratch own{q8.q, q8.d, dtype == DType::Q4_K && n == 1 ? q8.planar : nullptr};
   const Q8Inputs inputs{q8.q, q8.d, K, own.planar};
@@ -137,7 +137,6 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
     int resident = 0;
     const int blocks = ring_blocks(kernel, shape, sms, resident);
     take_tiles(shape, blocks, ring_cursor);
-    shape.ahead = ahead;
     launch_pdl(kernel, dim3(blocks), dim3(kRingThreads), ring_smem(shape), stream, shape, x, inputs);
     return;
   }
