@@ -141,7 +141,6 @@ bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
       l.shape.stages > 0) {
     take_tiles(l.shape, l.blocks, ring_cursor);
     l.shape.in_flight = ring_in_flight;
-    l.shape.after_wait = ring_after_wait('g');
     launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, norm, eps, H, x, act,
                down);
     return quantize;

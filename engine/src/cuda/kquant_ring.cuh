@@ -16,7 +16,6 @@
 // run's int8 weights and then its f16 scales, and summed by q8_0_dot_rows.
 #include <algorithm>
 #include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "cuda/bulk_copy.cuh"
@@ -68,10 +67,6 @@ struct RingShape {
   // not served interleaved with all its others (and every other block's) and its sums begin
   // while the rest stream. Each launch sets what the backend says.
   int in_flight = kRingTilesInFlight;
-  // The producer asks for its first tiles only after pdl_wait (else before: the weights do not
-  // depend on the previous kernel), so that the inputs' loads, issued then too, are not served
-  // behind them (ring_after_wait).
-  bool after_wait = false;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -179,14 +174,12 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   // With a cursor the producer goes on until a tile is past the last (told as -1); without,
   // to this block's count.
   const int first_round = min(ahead, taking ? s.stages : mine);
-  const auto first_tiles = [&] {
+  if (producer) {
     policy = evict_first_policy();
     for (; more && issued < first_round; ++issued) more = issue(issued);
-  };
-  if (producer && !s.after_wait) first_tiles();
+  }
   pdl_wait();
   pdl_trigger();
-  if (producer && s.after_wait) first_tiles();
   const Q8Inputs in = inputs();
   trace_mark(3);
   if (warp == kRingWarps) {
@@ -368,16 +361,6 @@ template <class Kernel> int ring_blocks(Kernel kernel, const RingShape& s, int s
   resident = sms * blocks_per_sm(kernel, kRingThreads, ring_smem(s));
   const char* most = std::getenv("RUNAHEAD_CUDA_RING_BLOCKS");
   return std::min({s.tiles, resident, most && std::atoi(most) > 0 ? std::atoi(most) : resident});
-}
-
-// RUNAHEAD_CUDA_RING_AFTER_WAIT: the norm-fused rings it names (g gate/up, q q/k/v) ask for
-// their first tiles after pdl_wait (RingShape::after_wait), to measure; read once.
-inline bool ring_after_wait(char which) {
-  static const std::string names = [] {
-    const char* v = std::getenv("RUNAHEAD_CUDA_RING_AFTER_WAIT");
-    return std::string(v ? v : "");
-  }();
-  return names.find(which) != std::string::npos;
 }
 
 // The ring takes its later tiles through `cursor` (RingShape::cursor) where its blocks have more
