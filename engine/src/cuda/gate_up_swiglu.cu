@@ -85,7 +85,9 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
       down.counters[group] = 0;  // for the next launch (every tile of the group has counted)
     }
   };
-  const auto inputs = [&] { return ring_norm_inputs(shape, x, norm, H, eps, smem, inv); };
+  StagedNorm pre;
+  if (shape.norm_early) load_staged_norm(norm, H, pre);
+  const auto inputs = [&] { return ring_norm_inputs(shape, x, norm, H, eps, smem, inv, shape.norm_early ? &pre : nullptr); };
   if constexpr (kQuantize)
     ring_gemv<kRows, 2, kSplit>(shape, smem, inputs, epilogue, NoPreload{}, quantize);
   else
@@ -141,6 +143,7 @@ bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
       l.shape.stages > 0) {
     take_tiles(l.shape, l.blocks, ring_cursor);
     l.shape.in_flight = ring_in_flight;
+    l.shape.norm_early = ring_norm_early();
     launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, norm, eps, H, x, act,
                down);
     return quantize;

@@ -67,6 +67,9 @@ struct RingShape {
   // not served interleaved with all its others (and every other block's) and its sums begin
   // while the rest stream. Each launch sets what the backend says.
   int in_flight = kRingTilesInFlight;
+  // A norm-fused ring (gate/up, q/k/v) loads its norm's weights before the producer asks for
+  // its first tiles and before pdl_wait, so that after the wait only x is loaded (ring_norm_early).
+  bool norm_early = false;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -267,11 +270,13 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
 // The inputs of a norm-fused ring (gate/up, q/k/v): x * norm quantized into the block's
 // staged bytes as stage_q8 does (with their pair-planar copy where the shape has room for it),
 // and 1 / rms(x) in `inv`. Every thread calls it (in `inputs`).
+// `pre`: the norm's weights loaded before pdl_wait (load_staged_norm), or null.
 __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const float* x, const float* norm, int H,
-                                                     float eps, unsigned char* smem, float& inv) {
+                                                     float eps, unsigned char* smem, float& inv,
+                                                     const StagedNorm* pre = nullptr) {
   __shared__ float squares[kRingWarps + 1];
   int8_t* planar = s.planar_at ? reinterpret_cast<int8_t*>(smem + s.planar_at) : nullptr;
-  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar);  // ends with a barrier
+  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar, pre);  // ends with a barrier
   float total = 0.0f;
   for (int w = 0; w < kRingWarps + 1; ++w) total += squares[w];
   inv = rsqrtf(total / float(H) + eps);
@@ -361,6 +366,16 @@ template <class Kernel> int ring_blocks(Kernel kernel, const RingShape& s, int s
   resident = sms * blocks_per_sm(kernel, kRingThreads, ring_smem(s));
   const char* most = std::getenv("RUNAHEAD_CUDA_RING_BLOCKS");
   return std::min({s.tiles, resident, most && std::atoi(most) > 0 ? std::atoi(most) : resident});
+}
+
+// RUNAHEAD_CUDA_RING_NORM_EARLY=1: the norm-fused rings load their norm's weights before
+// pdl_wait (RingShape::norm_early), to measure; read once.
+inline bool ring_norm_early() {
+  static const bool on = [] {
+    const char* v = std::getenv("RUNAHEAD_CUDA_RING_NORM_EARLY");
+    return v && v[0] == '1';
+  }();
+  return on;
 }
 
 // The ring takes its later tiles through `cursor` (RingShape::cursor) where its blocks have more
