@@ -387,6 +387,12 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
       CHECK(decode_gap(*one_by_one, *all_at_once, V, 6) == 0.0);
       CHECK(one_by_one->describe()["optimizations"]["ring_tiles_in_flight"] == 1);
       CHECK(all_at_once->describe()["optimizations"]["ring_tiles_in_flight"] == 0);
+      // ... and gate/up's and q/k/v's rings loading their norm's weights before pdl_wait
+      setenv("RUNAHEAD_CUDA_KQ_RING_QKV", "force", 1);
+      auto [early, late] =
+          flagged_pair(m.w, options, "RUNAHEAD_CUDA_RING_NORM_EARLY", "1", "ring_norm_loaded_before_wait");
+      unsetenv("RUNAHEAD_CUDA_KQ_RING_QKV");
+      CHECK(decode_gap(*early, *late, V, 6) == 0.0);
     }
     unsetenv("RUNAHEAD_CUDA_RING_BLOCKS");
     unsetenv("RUNAHEAD_CUDA_KQ_RING");

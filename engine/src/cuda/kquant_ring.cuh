@@ -68,7 +68,8 @@ struct RingShape {
   // while the rest stream. Each launch sets what the backend says.
   int in_flight = kRingTilesInFlight;
   // A norm-fused ring (gate/up, q/k/v) loads its norm's weights before the producer asks for
-  // its first tiles and before pdl_wait, so that after the wait only x is loaded (ring_norm_early).
+  // its first tiles and before pdl_wait, so that after the wait only x is loaded (kernels.h
+  // QkvRope::ring_norm_early).
   bool norm_early = false;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
@@ -366,16 +367,6 @@ template <class Kernel> int ring_blocks(Kernel kernel, const RingShape& s, int s
   resident = sms * blocks_per_sm(kernel, kRingThreads, ring_smem(s));
   const char* most = std::getenv("RUNAHEAD_CUDA_RING_BLOCKS");
   return std::min({s.tiles, resident, most && std::atoi(most) > 0 ? std::atoi(most) : resident});
-}
-
-// RUNAHEAD_CUDA_RING_NORM_EARLY=1: the norm-fused rings load their norm's weights before
-// pdl_wait (RingShape::norm_early), to measure; read once.
-inline bool ring_norm_early() {
-  static const bool on = [] {
-    const char* v = std::getenv("RUNAHEAD_CUDA_RING_NORM_EARLY");
-    return v && v[0] == '1';
-  }();
-  return on;
 }
 
 // The ring takes its later tiles through `cursor` (RingShape::cursor) where its blocks have more
