@@ -436,6 +436,13 @@ TEST_CASE("cuda q8_0: gate/up, o_proj, down and q/k/v through the bulk-copy ring
     unsetenv("RUNAHEAD_CUDA_KQ_RING_LONG");
     auto [qkv_ring, qkv_loads] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_QKV", "force", "q8_0_qkv_ring");
     CHECK(qkv_ring->describe()["optimizations"]["weights"].get<std::string>().rfind("Q8_0 as stored", 0) == 0);
+    {  // the norm's weights loaded before pdl_wait: the same bits
+      setenv("RUNAHEAD_CUDA_KQ_RING_QKV", "force", 1);
+      auto [early, late] =
+          flagged_pair(m.w, options, "RUNAHEAD_CUDA_RING_NORM_EARLY", "1", "ring_norm_loaded_before_wait");
+      unsetenv("RUNAHEAD_CUDA_KQ_RING_QKV");
+      CHECK(decode_gap(*early, *late, V, 6) == 0.0);
+    }
     check_decode_gaps({{"gate/up ring", gate_up_ring.get(), gate_up_loads.get()},
                        {"o_proj/down ring", residual_ring.get(), residual_loads.get()},
                        {"long, split 8", long8.get(), long1.get()},
