@@ -614,7 +614,7 @@ __host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) /
 // One token's inputs x[k] * g[k] quantized as quantize_inputs_q8 does (the same bits) into
 // shared memory: `staged` holds K / 32 scales (stage_q8_scales), then K int8 values; and warp
 // w's sum of x[k]^2 in squares[w] (blockDim.x / 32 floats): an RMSNorm's sums from the same
-// pass over x. Every thread calls it. x is the previous kernel's output, read after pdl_wait,
+// pass over x. Every thread calls it. Trace mark 5 (trace.h): thread 0 has staged its part. x is the previous kernel's output, read after pdl_wait,
 // so its loads are on the step's critical path: a lane loads 4 consecutive values a load and
 // issues kStageLoads loads of x and of g before it uses any (a group of 32 is 8 lanes), so a
 // block of 9 warps stages K <= 4608 in one round trip to memory. (A value a lane and 4 groups
@@ -672,6 +672,7 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
       }
     }
   }
+  trace_mark(4);  // thread 0 has stored its part (so its loads of x and g are back)
   sq = warp_sum(sq);
   if (lane == 0) squares[warp] = sq;
   __syncthreads();

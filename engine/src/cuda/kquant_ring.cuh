@@ -84,7 +84,8 @@ struct RingShape {
 __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %0;" ::"r"(kRingWarps * kWarp) : "memory"); }
 
 // Trace marks (trace.h, thread 0: consumer warp 0): 1 its first tile's bytes are in, 2 its last
-// tile's, 3 its last epilogue has run, 4 its inputs are ready.
+// tile's, 3 its last epilogue has run, 4 its inputs are ready (and, in a norm-fused ring, 5:
+// stage_q8's, thread 0 has staged its part of them).
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
 // synchronise the block) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
 // of the consumer warp that summed unit w of a tile (its first warp where split > 1): `row` is

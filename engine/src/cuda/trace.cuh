@@ -25,9 +25,12 @@ struct TraceRegistration {
 const TraceRegistration trace_registration;
 }  // namespace
 
+// (A memory clobber: the memory operations before a mark in the code are issued before it is
+// read, and the stores among them have their values, so a mark after a store of loaded values
+// comes after those loads returned.)
 __device__ __forceinline__ uint64_t trace_time() {
   uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
   return t;
 }
 __device__ __forceinline__ uint64_t& trace_waited() {
