@@ -614,13 +614,13 @@ __host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) /
 // One token's inputs x[k] * g[k] quantized as quantize_inputs_q8 does (the same bits) into
 // shared memory: `staged` holds K / 32 scales (stage_q8_scales), then K int8 values; and warp
 // w's sum of x[k]^2 in squares[w] (blockDim.x / 32 floats): an RMSNorm's sums from the same
-// pass over x. Every thread calls it. Trace mark 5 (trace.h): thread 0 has staged its part. x is the previous kernel's output, read after pdl_wait,
+// pass over x. Every thread calls it. x is the previous kernel's output, read after pdl_wait,
 // so its loads are on the step's critical path: a lane loads 4 consecutive values a load and
 // issues kStageLoads loads of x and of g before it uses any (a group of 32 is 8 lanes), so a
 // block of 9 warps stages K <= 4608 in one round trip to memory. (A value a lane and 4 groups
 // a round took 4 rounds for the 7B's K = 3584; H200, Q4_K_M, us a step alone: 7B q/k/v 300 ->
 // 200, gate/up 722 -> 626; 1.5B q/k/v 186 -> 160, gate/up 324 -> 281.) `planar` (K bytes, or
-// null): the values' pair-planar copy too.
+// null): the values' pair-planar copy too. Trace mark 5 (trace.h): thread 0 has staged its part.
 constexpr int kStageLoads = 4;
 // The norm's weights of stage_q8's first round of loads, which a kernel may load before
 // pdl_wait (they do not depend on the kernel before it) and hand to stage_q8.
