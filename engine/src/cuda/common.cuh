@@ -622,21 +622,8 @@ __host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) /
 // 200, gate/up 722 -> 626; 1.5B q/k/v 186 -> 160, gate/up 324 -> 281.) `planar` (K bytes, or
 // null): the values' pair-planar copy too. Trace mark 5 (trace.h): thread 0 has staged its part.
 constexpr int kStageLoads = 4;
-// The norm's weights of stage_q8's first round of loads, which a kernel may load before
-// pdl_wait (they do not depend on the kernel before it) and hand to stage_q8.
-struct StagedNorm {
-  float4 g[kStageLoads];
-};
-__device__ __forceinline__ void load_staged_norm(const float* g, int K, StagedNorm& n) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-#pragma unroll
-  for (int u = 0; u < kStageLoads; ++u) {
-    const int k = (u * warps + warp) * 128 + 4 * lane;
-    n.g[u] = k < K ? __ldg(reinterpret_cast<const float4*>(g + k)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-}
 __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged, float* squares,
-                                             int8_t* planar = nullptr, const StagedNorm* pre = nullptr) {
+                                             int8_t* planar = nullptr) {
   int8_t* q = reinterpret_cast<int8_t*>(staged + stage_q8_scales(K));
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   float sq = 0.0f;
@@ -646,9 +633,7 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
     for (int u = 0; u < kStageLoads; ++u) {
       const int k = base + (u * warps + warp) * 128 + 4 * lane;  // K % 32 == 0: a group is all in or out
       xv[u] = k < K ? *reinterpret_cast<const float4*>(x + k) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      gv[u] = pre && base == 0 ? pre->g[u]
-              : k < K          ? __ldg(reinterpret_cast<const float4*>(g + k))
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      gv[u] = k < K ? __ldg(reinterpret_cast<const float4*>(g + k)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
     for (int u = 0; u < kStageLoads; ++u) {

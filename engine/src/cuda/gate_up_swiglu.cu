@@ -85,9 +85,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
       down.counters[group] = 0;  // for the next launch (every tile of the group has counted)
     }
   };
-  StagedNorm pre;
-  if (shape.norm_early) load_staged_norm(norm, H, pre);
-  const auto inputs = [&] { return ring_norm_inputs(shape, x, norm, H, eps, smem, inv, shape.norm_early ? &pre : nullptr); };
+  const auto inputs = [&] { return ring_norm_inputs(shape, x, norm, H, eps, smem, inv); };
   if constexpr (kQuantize)
     ring_gemv<kRows, 2, kSplit>(shape, smem, inputs, epilogue, NoPreload{}, quantize);
   else
@@ -137,13 +135,12 @@ GateUpRingLaunch gate_up_ring_launch(const void* w, DType dtype, const void* q6,
 bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring, const DownInputs& down, int* ring_cursor,
-                            int ring_in_flight, bool ring_norm_early) {
+                            int ring_in_flight) {
   const bool quantize = down.q && I % 32 == 0;
   if (GateUpRingLaunch l = gate_up_ring_launch(w_gate_up, dtype, scale, H, I, n, ring, sms, q8, quantize);
       l.shape.stages > 0) {
     take_tiles(l.shape, l.blocks, ring_cursor);
     l.shape.in_flight = ring_in_flight;
-    l.shape.norm_early = ring_norm_early;
     launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, norm, eps, H, x, act,
                down);
     return quantize;

@@ -67,10 +67,6 @@ struct RingShape {
   // not served interleaved with all its others (and every other block's) and its sums begin
   // while the rest stream. Each launch sets what the backend says.
   int in_flight = kRingTilesInFlight;
-  // A norm-fused ring (gate/up, q/k/v) loads its norm's weights before the producer asks for
-  // its first tiles and before pdl_wait, so that after the wait only x is loaded (kernels.h
-  // QkvRope::ring_norm_early).
-  bool norm_early = false;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -272,13 +268,11 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
 // The inputs of a norm-fused ring (gate/up, q/k/v): x * norm quantized into the block's
 // staged bytes as stage_q8 does (with their pair-planar copy where the shape has room for it),
 // and 1 / rms(x) in `inv`. Every thread calls it (in `inputs`).
-// `pre`: the norm's weights loaded before pdl_wait (load_staged_norm), or null.
 __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const float* x, const float* norm, int H,
-                                                     float eps, unsigned char* smem, float& inv,
-                                                     const StagedNorm* pre = nullptr) {
+                                                     float eps, unsigned char* smem, float& inv) {
   __shared__ float squares[kRingWarps + 1];
   int8_t* planar = s.planar_at ? reinterpret_cast<int8_t*>(smem + s.planar_at) : nullptr;
-  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar, pre);  // ends with a barrier
+  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar);  // ends with a barrier
   float total = 0.0f;
   for (int w = 0; w < kRingWarps + 1; ++w) total += squares[w];
   inv = rsqrtf(total / float(H) + eps);

@@ -132,11 +132,8 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
   RUNAHEAD_TRACE_BLOCK(qkv_ring);
   extern __shared__ __align__(128) unsigned char smem[];
   float inv = 0.0f;
-  StagedNorm pre;
-  if (shape.norm_early) load_staged_norm(a.norm, a.hidden, pre);
   ring_gemv<kRows, 2>(
-      shape, smem,
-      [&] { return ring_norm_inputs(shape, x, a.norm, a.hidden, a.eps, smem, inv, shape.norm_early ? &pre : nullptr); },
+      shape, smem, [&] { return ring_norm_inputs(shape, x, a.norm, a.hidden, a.eps, smem, inv); },
       // Its bias, cos and sin load here: preloaded before the tile's stage (as the per-warp kernel
       // does) the 7B's q/k/v did not gain (H200, Q4_K_M, v29: 1.941 -> 1.944 ms/token).
       [&](int first, const float (&sum)[2], const float (&)[kPreloads]) {
@@ -178,7 +175,6 @@ QkvRingLaunch qkv_ring_launch(const QkvRope& a, int n, KqRing use, int sms) {
                        1, 1, kRingBlocksPerSm, q8);
   with_planar_inputs(l.shape, a.hidden, a.q8);
   l.shape.in_flight = a.ring_in_flight;
-  l.shape.norm_early = a.ring_norm_early;
   if (l.shape.stages == 0 || (use == KqRing::Auto && 2 * l.shape.tiles < sms)) {
     l.shape.stages = 0;
     return l;
