@@ -15,7 +15,8 @@ a step begins at its embedding launch. Each launch is named by its kernel and th
 Medians over the launches of that name in all steps but the first; step share summed over a step.
 With a kernel's name after the file, also where its blocks' time goes between their wait and their
 end: the median block's marks (trace_mark, the kernel's comment says where each is), each from its
-block's wait, for the blocks that reached each mark; blocks grouped by the last mark they reached.
+block's wait, for the blocks that reached each mark; blocks grouped by the last mark they reached;
+and mark 1 by when the block started (by_start).
 Usage: python3 trace_step.py TRACE.csv [KERNEL]
 """
 import csv
@@ -59,6 +60,28 @@ def marks_of(path, kernel, rows):
             reached = [r["marks"][m] - r["waited"] for r in g if r["marks"][m] >= 0]
             cells.append(f"{med(reached) / 1e3:.2f}" if reached else "-")
         print(f"| {len(g)} | {last} | " + " | ".join(cells) + f" | {med(r['end'] - r['waited'] for r in g) / 1e3:.2f} |")
+
+
+def by_start(steps, kernel):
+    """Mark 1 of each block of `kernel` (in the rings: its first tile is in), in us after its launch's
+    wait, by when the block started (0.5 us bins, from that wait): a mark that does not move with
+    the start waits on something after the wait, not on what the block asked for at its start."""
+    bins = defaultdict(lambda: defaultdict(list))
+    for step in steps[1:]:
+        for l in step:
+            if l["kernel"] != kernel or l["first_waited"] is None:
+                continue
+            for r in l["blocks"]:
+                if r["marks"][0] >= 0:
+                    s = round((r["start"] - l["first_waited"]) / 500) / 2
+                    bins[l["name"]][s].append((r["marks"][0] - l["first_waited"]) / 1e3)
+    print(f"{kernel}: mark 1 by the block's start, us from the launch's wait (medians; bins of 50 blocks or more)")
+    print("| launch | start | blocks | mark 1 |")
+    print("|---|---|---|---|")
+    for name in sorted(bins):
+        for s in sorted(bins[name]):
+            if len(bins[name][s]) >= 50:
+                print(f"| {name} | {s:.1f} | {len(bins[name][s])} | {statistics.median(bins[name][s]):.2f} |")
 
 
 def main(path, kernel=None):
@@ -112,6 +135,7 @@ def main(path, kernel=None):
     print(f"a step {med(step_us):.1f} us, of which waits {wait_total:.1f} us (summed medians)")
     if kernel:
         marks_of(path, kernel, rows)
+        by_start(steps, kernel)
 
 
 if __name__ == "__main__":
