@@ -326,6 +326,15 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention and down's by gate
 // (H200: the Q4_K model's q/k/v-ring and pair-planar pairs with attention in 16 splits, merged
 // in a cluster or through global memory alike; none at 8, 12 or 32). A wrong row, scale or
 // block is far beyond 1e-2.
+// gate/up's and q/k/v's rings (q/k/v's forced) with their inputs staged by the consumer warps
+// alone (RUNAHEAD_CUDA_RING_STAGE=consumers) against by every warp: the same int8 inputs, the
+// norm's sum of squares added in other parts (8 warps' instead of 9), so as close as above.
+void check_consumers_stage(const std::shared_ptr<const ModelWeights>& w, const BackendOptions& options, int V) {
+  setenv("RUNAHEAD_CUDA_KQ_RING_QKV", "force", 1);
+  auto [consumers, all] = flagged_pair(w, options, "RUNAHEAD_CUDA_RING_STAGE", "consumers", "ring_inputs_staged_by_consumers");
+  unsetenv("RUNAHEAD_CUDA_KQ_RING_QKV");
+  check_decode_gaps({{"inputs staged by the consumers", consumers.get(), all.get()}}, V);
+}
 
 TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy ring compute what the per-warp loads compute") {
   if (!have_device()) return;
@@ -388,6 +397,8 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
       CHECK(decode_gap(*one_by_one, *all_at_once, V, 6) == 0.0);
       CHECK(one_by_one->describe()["optimizations"]["ring_tiles_in_flight"] == 1);
       CHECK(all_at_once->describe()["optimizations"]["ring_tiles_in_flight"] == 0);
+      // ... and the inputs staged by the consumer warps alone
+      check_consumers_stage(m.w, options, V);
     }
     unsetenv("RUNAHEAD_CUDA_RING_BLOCKS");
     unsetenv("RUNAHEAD_CUDA_KQ_RING");
@@ -431,6 +442,7 @@ TEST_CASE("cuda q8_0: gate/up, o_proj, down and q/k/v through the bulk-copy ring
     unsetenv("RUNAHEAD_CUDA_KQ_RING_LONG");
     auto [qkv_ring, qkv_loads] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_QKV", "force", "q8_0_qkv_ring");
     CHECK(qkv_ring->describe()["optimizations"]["weights"].get<std::string>().rfind("Q8_0 as stored", 0) == 0);
+    check_consumers_stage(m.w, options, V);
     check_decode_gaps({{"gate/up ring", gate_up_ring.get(), gate_up_loads.get()},
                        {"o_proj/down ring", residual_ring.get(), residual_loads.get()},
                        {"long, split 8", long8.get(), long1.get()},

@@ -620,12 +620,15 @@ __host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) /
 // block of 9 warps stages K <= 4608 in one round trip to memory. (A value a lane and 4 groups
 // a round took 4 rounds for the 7B's K = 3584; H200, Q4_K_M, us a step alone: 7B q/k/v 300 ->
 // 200, gate/up 722 -> 626; 1.5B q/k/v 186 -> 160, gate/up 324 -> 281.) `planar` (K bytes, or
-// null): the values' pair-planar copy too. Trace mark 5 (trace.h): thread 0 has staged its part.
+// null): the values' pair-planar copy too. Trace marks (trace.h): 5 thread 0 has staged its
+// part, 6 lane 0 of the last warp (in a ring, the producer's warp) has.
 constexpr int kStageLoads = 4;
+// `all_but_last`: the block's last warp takes no part (it neither stages nor waits: its
+// threads must not call it), the others meet at named barrier 1 instead of the block's.
 __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged, float* squares,
-                                             int8_t* planar = nullptr) {
+                                             int8_t* planar = nullptr, bool all_but_last = false) {
   int8_t* q = reinterpret_cast<int8_t*>(staged + stage_q8_scales(K));
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp - (all_but_last ? 1 : 0);
   float sq = 0.0f;
   for (int base = 0; base < K; base += kStageLoads * warps * 128) {
     float4 xv[kStageLoads], gv[kStageLoads];
@@ -658,9 +661,13 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
     }
   }
   trace_mark(4);  // thread 0 has stored its part (so its loads of x and g are back)
+  trace_mark_last_warp(5);  // and the last warp's lane 0 (a ring's producer warp)
   sq = warp_sum(sq);
   if (lane == 0) squares[warp] = sq;
-  __syncthreads();
+  if (all_but_last)
+    asm volatile("bar.sync 1, %0;" ::"r"(warps * kWarp) : "memory");
+  else
+    __syncthreads();
   return Q8Inputs{q, staged, K, planar};
 }
 // Its bytes of shared memory.

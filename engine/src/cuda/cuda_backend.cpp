@@ -242,6 +242,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"lm_head_rows_taken_as_blocks_finish", head_cursor_},
               {"ring_tiles_taken_as_stages_free", ring_cursors_.bytes() > 0},
               {"ring_tiles_in_flight", ring_in_flight_},
+              {"ring_inputs_staged_by_consumers", ring_consumers_stage_},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
@@ -684,6 +685,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // kernels.h kRingTilesInFlight), to measure.
     if (const char* in_flight = std::getenv("RUNAHEAD_CUDA_RING_IN_FLIGHT")) ring_in_flight_ = std::max(0, std::atoi(in_flight));
     residual_tuning_.in_flight = ring_in_flight_;
+    ring_consumers_stage_ = env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");  // kernels.h QkvRope::ring_inputs_by_consumers
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");
@@ -907,6 +909,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.v_cache = v_cache_.get<float>() + size_t(l) * capacity_ * kvd;
     a.q8 = q8_inputs();
     a.ring_in_flight = ring_in_flight_;
+    a.ring_inputs_by_consumers = ring_consumers_stage_;
     return a;
   }
 
@@ -944,7 +947,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     down_quantized_ = rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
                                              c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
                                              act_.get<float>(), q8_inputs(), sms_, stream_, gate_up_ring_,
-                                             n == 1 ? down_inputs() : DownInputs{}, ring_cursor(l, 1), ring_in_flight_);
+                                             n == 1 ? down_inputs() : DownInputs{}, ring_cursor(l, 1), ring_in_flight_,
+                                             ring_consumers_stage_);
   }
   // Layer l's pair of ints for the ring of its o_proj (0), gate/up (1) or down (2), or null
   // (RUNAHEAD_CUDA_RING_CURSOR=0: the blocks take their tiles in turn, to measure).
@@ -1265,6 +1269,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
   int ring_in_flight_ = kRingTilesInFlight;  // allocate(): every ring's RingShape::in_flight
+  bool ring_consumers_stage_ = false;         // allocate(): RUNAHEAD_CUDA_RING_STAGE=consumers
   bool down_q8_ = false;  // allocate(): down's inputs quantized by gate/up's ring where it runs
   bool down_quantized_ = false;  // the last gate/up enqueued wrote down's int8 inputs
   DeviceBuffer gate_up_counters_;  // DownInputs::counters

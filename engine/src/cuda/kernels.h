@@ -106,6 +106,10 @@ struct QkvRope {
   float* v_cache = nullptr;
   Q8Scratch q8;  // a Q8_0 or K-quant matrix's quantized inputs
   int ring_in_flight = kRingTilesInFlight;  // its ring's tiles a block in flight
+  // Its ring's inputs staged by the consumer warps alone, the producer warp going on to its
+  // tiles (RUNAHEAD_CUDA_RING_STAGE=consumers, read by the backend at load; off: every warp of
+  // the block stages a part and waits for the others), to measure.
+  bool ring_inputs_by_consumers = false;
 };
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
                              int sms, cudaStream_t stream, KqRing ring = KqRing::Off);
@@ -170,6 +174,7 @@ bool residual_ring_applies(const void* w, DType dtype, const void* scale, int ro
 // so by each): where the ring runs, its blocks take their later tiles as they free stages
 // (kquant_ring.cuh RingShape::cursor); a pair for this launch alone, since the next kernel's
 // blocks start before this one ends.
+// `ring_inputs_by_consumers`: as QkvRope's.
 // `down` (q set; I a multiple of 32): where one token goes through the ring, act is also
 // written quantized per 32 into down.q / down.d as quantize_inputs_q8 would (the same bits),
 // with its pair-planar copy where down.planar is set, so down's matvec_residual_add takes it as
@@ -184,7 +189,8 @@ struct DownInputs {
 bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring = KqRing::Auto, const DownInputs& down = {},
-                            int* ring_cursor = nullptr, int ring_in_flight = kRingTilesInFlight);
+                            int* ring_cursor = nullptr, int ring_in_flight = kRingTilesInFlight,
+                            bool ring_inputs_by_consumers = false);
 bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first

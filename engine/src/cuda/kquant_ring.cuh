@@ -67,6 +67,9 @@ struct RingShape {
   // not served interleaved with all its others (and every other block's) and its sums begin
   // while the rest stream. Each launch sets what the backend says.
   int in_flight = kRingTilesInFlight;
+  // A norm-fused ring's inputs staged by the consumer warps alone, the producer warp going on to
+  // its tiles (kernels.h QkvRope::ring_inputs_by_consumers; off: every warp stages a part).
+  bool consumers_stage = false;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -80,8 +83,8 @@ struct RingShape {
 __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %0;" ::"r"(kRingWarps * kWarp) : "memory"); }
 
 // Trace marks (trace.h, thread 0: consumer warp 0): 1 its first tile's bytes are in, 2 its last
-// tile's, 3 its last epilogue has run, 4 its inputs are ready (and, in a norm-fused ring, 5:
-// stage_q8's, thread 0 has staged its part of them).
+// tile's, 3 its last epilogue has run, 4 its inputs are ready (and, in a norm-fused ring,
+// stage_q8's 5 and 6: thread 0 has staged its part of them, the producer warp's lane 0 has).
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
 // synchronise the block) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
 // of the consumer warp that summed unit w of a tile (its first warp where split > 1): `row` is
@@ -181,17 +184,18 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   }
   pdl_wait();
   pdl_trigger();
-  const Q8Inputs in = inputs();
-  trace_mark(3);
-  if (warp == kRingWarps) {
+  const auto produce = [&] {  // the producer warp, after the wait: the rest of its tiles
     if (producer && RUNAHEAD_RING_DIAG != 2)
       for (; more && (taking || issued < mine); ++issued) more = issue(issued);
     if (producer && taking) {  // every producer done: the last sets the pair back to zero
       __threadfence();
       if (atomicAdd(s.cursor + 1, 1) == int(gridDim.x) - 1) s.cursor[0] = 0, s.cursor[1] = 0;
     }
-    return;
-  }
+  };
+  if (s.consumers_stage && warp == kRingWarps) return produce();
+  const Q8Inputs in = inputs();
+  trace_mark(3);
+  if (warp == kRingWarps) return produce();
   // This warp's unit of a tile and its part of K (chunks [c_begin, c_end)).
   const int split = kSplit ? s.split : 1, unit = warp / split, part = warp % split, tile_rows = kRingWarps / split;
   const int chunk = kRows == RingRows::Q8 ? Chunk<Q8Weight>::kElems : Chunk<KQWeight>::kElems;
@@ -272,9 +276,10 @@ __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const f
                                                      float eps, unsigned char* smem, float& inv) {
   __shared__ float squares[kRingWarps + 1];
   int8_t* planar = s.planar_at ? reinterpret_cast<int8_t*>(smem + s.planar_at) : nullptr;
-  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar);  // ends with a barrier
+  // ends with a barrier (of the consumer warps where they alone stage)
+  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar, s.consumers_stage);
   float total = 0.0f;
-  for (int w = 0; w < kRingWarps + 1; ++w) total += squares[w];
+  for (int w = 0; w < kRingWarps + (s.consumers_stage ? 0 : 1); ++w) total += squares[w];
   inv = rsqrtf(total / float(H) + eps);
   return in;
 }
@@ -347,6 +352,7 @@ inline RingShape ring_shape_rows(const void* q4, const void* q6, int total_rows,
 // pair-planar inputs (its Q8Scratch has `planar`; RUNAHEAD_CUDA_KQ_PLANAR=0: not, so Q4_K rows
 // go a chunk a lane, to measure: H200, 7B Q4_K_M, gate/up 842 -> 729 us a step, q/k/v 320 -> 300).
 inline size_t ring_norm_staged_bytes(int K) { return stage_q8_bytes(K) + size_t(K); }
+
 inline void with_planar_inputs(RingShape& s, int K, const Q8Scratch& q8) {
   if (s.stages > 0 && s.q4 && q8.planar) s.planar_at = int(stage_q8_bytes(K));  // Q6_K rows read them as stored
 }

@@ -47,6 +47,10 @@ __device__ __forceinline__ uint64_t* trace_marks() {
 __device__ __forceinline__ void trace_mark(int i) {
   if (threadIdx.x == 0) trace_marks()[i] = trace_time();
 }
+// Mark i when lane 0 of the block's last warp passes it.
+__device__ __forceinline__ void trace_mark_last_warp(int i) {
+  if (threadIdx.x == blockDim.x - 32) trace_marks()[i] = trace_time();
+}
 struct TraceBlock {
   uint64_t start = 0;
   uint32_t tag;
@@ -73,6 +77,7 @@ struct TraceBlock {
 #else
 __device__ __forceinline__ void trace_note_wait() {}
 __device__ __forceinline__ void trace_mark(int) {}
+__device__ __forceinline__ void trace_mark_last_warp(int) {}
 #define RUNAHEAD_TRACE_BLOCK(tag) static_assert(true)
 #endif
 
