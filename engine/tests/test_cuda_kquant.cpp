@@ -328,12 +328,23 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention and down's by gate
 // block is far beyond 1e-2.
 // gate/up's and q/k/v's rings (q/k/v's forced) with their inputs staged by the consumer warps
 // alone (RUNAHEAD_CUDA_RING_STAGE=consumers) against by every warp: the same int8 inputs, the
-// norm's sum of squares added in other parts (8 warps' instead of 9), so as close as above.
+// norm's sum of squares added in other parts (8 warps' instead of 9), so as close as above;
+// and (=consumers-all) the long residual rings' inputs copied by the consumer warps alone too.
+// It leaves RUNAHEAD_CUDA_KQ_RING_QKV, _RESIDUAL and _LONG unset.
 void check_consumers_stage(const std::shared_ptr<const ModelWeights>& w, const BackendOptions& options, int V) {
   setenv("RUNAHEAD_CUDA_KQ_RING_QKV", "force", 1);
   auto [consumers, all] = flagged_pair(w, options, "RUNAHEAD_CUDA_RING_STAGE", "consumers", "ring_inputs_staged_by_consumers");
+  CHECK(consumers->describe()["optimizations"]["residual_ring_inputs_copied_by_consumers"] == false);
+  setenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL", "1", 1);
+  setenv("RUNAHEAD_CUDA_KQ_RING_LONG", "1", 1);
+  auto [copies, every_warp] =
+      flagged_pair(w, options, "RUNAHEAD_CUDA_RING_STAGE", "consumers-all", "residual_ring_inputs_copied_by_consumers");
+  unsetenv("RUNAHEAD_CUDA_KQ_RING_LONG");
+  unsetenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL");
   unsetenv("RUNAHEAD_CUDA_KQ_RING_QKV");
-  check_decode_gaps({{"inputs staged by the consumers", consumers.get(), all.get()}}, V);
+  check_decode_gaps({{"inputs staged by the consumers", consumers.get(), all.get()},
+                     {"and the long residual rings' copied", copies.get(), every_warp.get()}},
+                    V);
 }
 
 TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy ring compute what the per-warp loads compute") {

@@ -243,6 +243,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"ring_tiles_taken_as_stages_free", ring_cursors_.bytes() > 0},
               {"ring_tiles_in_flight", ring_in_flight_},
               {"ring_inputs_staged_by_consumers", ring_consumers_stage_},
+              {"residual_ring_inputs_copied_by_consumers", residual_tuning_.consumers_copy},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
@@ -685,7 +686,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // kernels.h kRingTilesInFlight), to measure.
     if (const char* in_flight = std::getenv("RUNAHEAD_CUDA_RING_IN_FLIGHT")) ring_in_flight_ = std::max(0, std::atoi(in_flight));
     residual_tuning_.in_flight = ring_in_flight_;
-    ring_consumers_stage_ = env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");  // kernels.h QkvRope::ring_inputs_by_consumers
+    // RUNAHEAD_CUDA_RING_STAGE=consumers: the norm-fused rings' inputs staged by their consumer
+    // warps alone (kernels.h QkvRope::ring_inputs_by_consumers); =consumers-all: and the long
+    // residual rings' copied (RingTuning::consumers_copy), to measure.
+    ring_consumers_stage_ = env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers") || env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers-all");
+    residual_tuning_.consumers_copy = env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers-all");
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");

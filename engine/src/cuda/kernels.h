@@ -159,6 +159,10 @@ struct RingTuning {
   int stages = 0;      // the long matrices' ring stages at most (0: its rule, 2)
   int warp_split = 0;  // where no ring runs: warps a unit of the per-warp kernel (0: gemv_split's rule)
   int in_flight = kRingTilesInFlight;  // the rings' tiles a block in flight
+  // The long matrices' rings copy their int8 inputs with the consumer warps alone, the producer
+  // warp going on to its tiles (RUNAHEAD_CUDA_RING_STAGE=consumers-all; off: every warp copies a
+  // part), to measure.
+  bool consumers_copy = false;
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,

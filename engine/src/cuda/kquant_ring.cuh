@@ -67,8 +67,9 @@ struct RingShape {
   // not served interleaved with all its others (and every other block's) and its sums begin
   // while the rest stream. Each launch sets what the backend says.
   int in_flight = kRingTilesInFlight;
-  // A norm-fused ring's inputs staged by the consumer warps alone, the producer warp going on to
-  // its tiles (kernels.h QkvRope::ring_inputs_by_consumers; off: every warp stages a part).
+  // A norm-fused ring's inputs staged (or a long residual ring's copied) by the consumer warps
+  // alone, the producer warp going on to its tiles (kernels.h QkvRope::ring_inputs_by_consumers,
+  // RingTuning::consumers_copy; off: every warp stages a part).
   bool consumers_stage = false;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
@@ -86,7 +87,8 @@ __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %
 // tile's, 3 its last epilogue has run, 4 its inputs are ready (and, in a norm-fused ring,
 // stage_q8's 5 and 6: thread 0 has staged its part of them, the producer warp's lane 0 has).
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
-// synchronise the block) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
+// synchronise the block; with s.consumers_stage it runs in the consumer warps alone, which it
+// may synchronise at named barrier 1) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
 // of the consumer warp that summed unit w of a tile (its first warp where split > 1): `row` is
 // row w of the tile's run 0, acc[p] row w of run p, and pre (kPreloads floats) what `preload(row, pre)` left
 // there (0 if nothing), called by the same lane before the tile's stage is waited for: what the
@@ -271,7 +273,8 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
 
 // The inputs of a norm-fused ring (gate/up, q/k/v): x * norm quantized into the block's
 // staged bytes as stage_q8 does (with their pair-planar copy where the shape has room for it),
-// and 1 / rms(x) in `inv`. Every thread calls it (in `inputs`).
+// and 1 / rms(x) in `inv`. Every thread calls it (in `inputs`), or every consumer warp's where
+// s.consumers_stage.
 __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const float* x, const float* norm, int H,
                                                      float eps, unsigned char* smem, float& inv) {
   __shared__ float squares[kRingWarps + 1];
@@ -287,17 +290,22 @@ __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const f
 // The int8 inputs in q8 (global memory) copied into the block's staged bytes (the scales, then
 // the values the rows read: pair-planar where `planar`, else as stored), so that the consumers'
 // loads of them wait on shared memory rather than L1 (stage_q8_bytes(K) bytes). Every thread
-// calls it (in `inputs`); it ends with a barrier.
-__device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool planar, unsigned char* smem) {
-  const int K = q8.K, scales = K / 32;
+// calls it (in `inputs`); it ends with a barrier. `consumers`: the consumer warps alone call it
+// and meet at named barrier 1 (RingShape::consumers_stage).
+__device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool planar, unsigned char* smem,
+                                                       bool consumers = false) {
+  const int K = q8.K, scales = K / 32, threads = consumers ? kRingWarps * kWarp : int(blockDim.x);
   float* d = reinterpret_cast<float*>(smem);
   int8_t* q = reinterpret_cast<int8_t*>(smem + size_t(scales) * sizeof(float));
   const uint4* from_q = reinterpret_cast<const uint4*>(planar ? q8.planar : q8.q);
   const uint4* from_d = reinterpret_cast<const uint4*>(q8.d);
 #pragma unroll 4
-  for (int i = threadIdx.x; i < K / 16; i += blockDim.x) reinterpret_cast<uint4*>(q)[i] = from_q[i];
-  for (int i = threadIdx.x; i < scales / 4; i += blockDim.x) reinterpret_cast<uint4*>(d)[i] = from_d[i];
-  __syncthreads();
+  for (int i = threadIdx.x; i < K / 16; i += threads) reinterpret_cast<uint4*>(q)[i] = from_q[i];
+  for (int i = threadIdx.x; i < scales / 4; i += threads) reinterpret_cast<uint4*>(d)[i] = from_d[i];
+  if (consumers)
+    consumer_barrier();
+  else
+    __syncthreads();
   return Q8Inputs{planar ? nullptr : q, d, K, planar ? q : nullptr};
 }
 

@@ -56,7 +56,9 @@ __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int P = kLong ? 2 : 1;
   const auto inputs = [&] {
-    return kLong ? ring_copied_inputs(q8, (kRows == RingRows::Q4 || kRows == RingRows::Both) && q8.planar, smem) : q8;
+    return kLong ? ring_copied_inputs(q8, (kRows == RingRows::Q4 || kRows == RingRows::Both) && q8.planar, smem,
+                                      shape.consumers_stage)
+                 : q8;
   };
   ring_gemv<kRows, P, kSplit>(
       shape, smem, inputs,
@@ -91,6 +93,7 @@ RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingT
                                       long_rows ? 2 : kRingBlocksPerSm, q8);
     if (long_rows) shape.stages = std::min(shape.stages, tuning.stages ? tuning.stages : kLongRingStages);
     shape.in_flight = tuning.in_flight;
+    shape.consumers_stage = tuning.consumers_copy;
     if (shape.stages > 0 || tuning.split) return shape;
   }
   return RingShape{};
