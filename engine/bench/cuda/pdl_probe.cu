@@ -11,6 +11,8 @@
 // Build and run (a GPU machine, repository root):
 //   nvcc -O2 -std=c++20 -arch=sm_90a -o /tmp/pdl_probe engine/bench/cuda/pdl_probe.cu
 //   /tmp/pdl_probe [SPIN us] [BYTES] [CARVEOUT: both kernels' preferred shared-memory share, %] [GRAPH: 1]
+//                  [B's blocks a multiprocessor] [RUNS: bulk copies a block]
+// (gate/up's first round on the 1.5B, v41: /tmp/pdl_probe 20 13824 100 0 3 2)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,9 +51,10 @@ __global__ void spin_kernel(uint64_t spin_ns, uint64_t* ends) {
 constexpr int kThreads = 256;
 constexpr int kMaxBytes = 64 * 1024;
 
-// B: block b reads `bytes` from src + b * bytes before its wait (mode 0: one bulk copy, 1: loads).
-// times[b] = {start, in, waited}.
-__global__ void read_kernel(const unsigned char* src, int bytes, int mode, uint64_t* times, float* sink) {
+// B: block b reads `bytes` before its wait (mode 0: `runs` bulk copies of bytes / runs, run r from
+// src + r * gridDim.x * (bytes / runs) + b * (bytes / runs), as a ring's gate and up rows lie apart;
+// 1: loads of src + b * bytes). times[b] = {start, in, waited}.
+__global__ void read_kernel(const unsigned char* src, int bytes, int runs, int mode, uint64_t* times, float* sink) {
   extern __shared__ __align__(128) unsigned char buf[];
   __shared__ __align__(8) uint64_t bar;
   const uint64_t start = now();
@@ -65,10 +68,12 @@ __global__ void read_kernel(const unsigned char* src, int bytes, int mode, uint6
     __syncthreads();
     if (threadIdx.x == 0) {
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&bar)), "r"(bytes) : "memory");
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                       smem_u32(buf)),
-                   "l"(from), "r"(bytes), "r"(smem_u32(&bar))
-                   : "memory");
+      const int run = bytes / runs;
+      for (int r = 0; r < runs; ++r)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                         smem_u32(buf + r * run)),
+                     "l"(src + (size_t(r) * gridDim.x + blockIdx.x) * run), "r"(run), "r"(smem_u32(&bar))
+                     : "memory");
     }
     unsigned done = 0;
     do {
@@ -112,7 +117,13 @@ int main(int argc, char** argv) {
   const int reps = 20;
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
-  const int a_blocks = sms, b_blocks = 2 * sms;
+  const int b_per_sm = argc > 5 ? std::max(1, std::atoi(argv[5])) : 2;  // B's blocks a multiprocessor
+  const int runs = argc > 6 ? std::max(1, std::atoi(argv[6])) : 1;       // B's bulk copies a block
+  if (bytes % (16 * runs) != 0 || bytes > kMaxBytes) {
+    std::fprintf(stderr, "pdl_probe: BYTES must be a multiple of 16 x RUNS and at most %d\n", kMaxBytes);
+    return 2;
+  }
+  const int a_blocks = sms, b_blocks = b_per_sm * sms;
   const size_t pool = size_t(512) << 20;  // reads move through it, so each comes from DRAM
   unsigned char* src = nullptr;
   uint64_t *ends = nullptr, *times = nullptr;
@@ -129,8 +140,8 @@ int main(int argc, char** argv) {
   }
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "stream");
-  std::printf("spin %.1f us, %d bytes a block, %d blocks of B beside %d of A (%d SMs), carveout %d,%s %d reps\n",
-              spin_us, bytes, b_blocks, a_blocks, sms, carveout, graph ? " in a graph," : "", reps);
+  std::printf("spin %.1f us, %d bytes a block in %d run(s), %d blocks of B beside %d of A (%d SMs), carveout %d,%s %d reps\n",
+              spin_us, bytes, runs, b_blocks, a_blocks, sms, carveout, graph ? " in a graph," : "", reps);
   std::printf("| B's read | launch | start | bytes in | in - start | waited |\n|---|---|---|---|---|---|\n");
   size_t offset = 0;
   for (int mode = 0; mode < 2; ++mode)
@@ -150,7 +161,7 @@ int main(int argc, char** argv) {
         config.stream = stream;
         config.attrs = &attr;
         config.numAttrs = 1;
-        check(cudaLaunchKernelEx(&config, read_kernel, static_cast<const unsigned char*>(src + offset), bytes, mode,
+        check(cudaLaunchKernelEx(&config, read_kernel, static_cast<const unsigned char*>(src + offset), bytes, runs, mode,
                                  times, sink),
               "launch");
         offset += size_t(bytes) * b_blocks;
