@@ -623,6 +623,10 @@ __host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) /
 // null): the values' pair-planar copy too. Trace marks (trace.h): 5 thread 0 has staged its
 // part, 6 lane 0 of the last warp (in a ring, the producer's warp) has.
 constexpr int kStageLoads = 4;
+// Named barrier 1 of the block's first `threads` threads (whole warps; the others do not wait).
+__device__ __forceinline__ void sync_first_threads(int threads) {
+  asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
+}
 // `all_but_last`: the block's last warp takes no part (it neither stages nor waits: its
 // threads must not call it), the others meet at named barrier 1 instead of the block's.
 __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged, float* squares,
@@ -665,7 +669,7 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
   sq = warp_sum(sq);
   if (lane == 0) squares[warp] = sq;
   if (all_but_last)
-    asm volatile("bar.sync 1, %0;" ::"r"(warps * kWarp) : "memory");
+    sync_first_threads(warps * kWarp);
   else
     __syncthreads();
   return Q8Inputs{q, staged, K, planar};

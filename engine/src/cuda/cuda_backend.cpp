@@ -689,8 +689,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // RUNAHEAD_CUDA_RING_STAGE=consumers: the norm-fused rings' inputs staged by their consumer
     // warps alone (kernels.h QkvRope::ring_inputs_by_consumers); =consumers-all: and the long
     // residual rings' copied (RingTuning::consumers_copy), to measure.
-    ring_consumers_stage_ = env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers") || env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers-all");
     residual_tuning_.consumers_copy = env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers-all");
+    ring_consumers_stage_ = residual_tuning_.consumers_copy || env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");

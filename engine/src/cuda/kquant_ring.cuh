@@ -81,7 +81,7 @@ struct RingShape {
 };
 
 // A barrier of the consumer warps alone (the producer warp has left: named barrier 1).
-__device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %0;" ::"r"(kRingWarps * kWarp) : "memory"); }
+__device__ __forceinline__ void consumer_barrier() { sync_first_threads(kRingWarps * kWarp); }
 
 // Trace marks (trace.h, thread 0: consumer warp 0): 1 its first tile's bytes are in, 2 its last
 // tile's, 3 its last epilogue has run, 4 its inputs are ready (and, in a norm-fused ring,
@@ -360,7 +360,6 @@ inline RingShape ring_shape_rows(const void* q4, const void* q6, int total_rows,
 // pair-planar inputs (its Q8Scratch has `planar`; RUNAHEAD_CUDA_KQ_PLANAR=0: not, so Q4_K rows
 // go a chunk a lane, to measure: H200, 7B Q4_K_M, gate/up 842 -> 729 us a step, q/k/v 320 -> 300).
 inline size_t ring_norm_staged_bytes(int K) { return stage_q8_bytes(K) + size_t(K); }
-
 inline void with_planar_inputs(RingShape& s, int K, const Q8Scratch& q8) {
   if (s.stages > 0 && s.q4 && q8.planar) s.planar_at = int(stage_q8_bytes(K));  // Q6_K rows read them as stored
 }
