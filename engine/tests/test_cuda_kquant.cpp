@@ -327,9 +327,10 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention and down's by gate
 // in a cluster or through global memory alike; none at 8, 12 or 32). A wrong row, scale or
 // block is far beyond 1e-2.
 // gate/up's and q/k/v's rings (q/k/v's forced) with their inputs staged by the consumer warps
-// alone (RUNAHEAD_CUDA_RING_STAGE=consumers) against by every warp: the same int8 inputs, the
-// norm's sum of squares added in other parts (8 warps' instead of 9), so as close as above;
-// and (=consumers-all) the long residual rings' inputs copied by the consumer warps alone too.
+// alone (RUNAHEAD_CUDA_RING_STAGE=consumers) against by every warp (=0, as before NOTES v42):
+// the same int8 inputs, the norm's sum of squares added in other parts (8 warps' instead of 9),
+// so as close as above; and (=consumers-all, as the default) the long residual rings' inputs
+// copied by the consumer warps alone too.
 // It leaves RUNAHEAD_CUDA_KQ_RING_QKV, _RESIDUAL and _LONG unset.
 void check_consumers_stage(const std::shared_ptr<const ModelWeights>& w, const BackendOptions& options, int V) {
   setenv("RUNAHEAD_CUDA_KQ_RING_QKV", "force", 1);
@@ -408,6 +409,10 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
       CHECK(decode_gap(*one_by_one, *all_at_once, V, 6) == 0.0);
       CHECK(one_by_one->describe()["optimizations"]["ring_tiles_in_flight"] == 1);
       CHECK(all_at_once->describe()["optimizations"]["ring_tiles_in_flight"] == 0);
+      // ... and down launched before its quantize launch has waited for gate/up: the same bits
+      auto [early, late] =
+          flagged_pair(m.w, options, "RUNAHEAD_CUDA_QUANTIZE_EARLY", "1", "down_launched_before_its_quantize_waits");
+      CHECK(decode_gap(*early, *late, V, 6) == 0.0);
       // ... and the inputs staged by the consumer warps alone
       check_consumers_stage(m.w, options, V);
     }

@@ -244,6 +244,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"ring_tiles_in_flight", ring_in_flight_},
               {"ring_inputs_staged_by_consumers", ring_consumers_stage_},
               {"residual_ring_inputs_copied_by_consumers", residual_tuning_.consumers_copy},
+              {"down_launched_before_its_quantize_waits", residual_tuning_.trigger_early},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
@@ -686,11 +687,15 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // kernels.h kRingTilesInFlight), to measure.
     if (const char* in_flight = std::getenv("RUNAHEAD_CUDA_RING_IN_FLIGHT")) ring_in_flight_ = std::max(0, std::atoi(in_flight));
     residual_tuning_.in_flight = ring_in_flight_;
-    // RUNAHEAD_CUDA_RING_STAGE=consumers: the norm-fused rings' inputs staged by their consumer
-    // warps alone (kernels.h QkvRope::ring_inputs_by_consumers); =consumers-all: and the long
-    // residual rings' copied (RingTuning::consumers_copy), to measure.
-    residual_tuning_.consumers_copy = env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers-all");
-    ring_consumers_stage_ = residual_tuning_.consumers_copy || env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
+    // The norm-fused rings' inputs staged by their consumer warps alone (kernels.h
+    // QkvRope::ring_inputs_by_consumers) and the long residual rings' copied so
+    // (RingTuning::consumers_copy): the default (NOTES v42). RUNAHEAD_CUDA_RING_STAGE=0: every
+    // warp stages or copies a part, as before; =consumers: the norm-fused rings' alone, to measure.
+    ring_consumers_stage_ = !env_is("RUNAHEAD_CUDA_RING_STAGE", "0");
+    residual_tuning_.consumers_copy = ring_consumers_stage_ && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
+    // RUNAHEAD_CUDA_QUANTIZE_EARLY=1: down's quantize launch lets down launch before its wait
+    // (RingTuning::trigger_early), to measure.
+    residual_tuning_.trigger_early = env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "1");
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");
@@ -1274,7 +1279,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
   int ring_in_flight_ = kRingTilesInFlight;  // allocate(): every ring's RingShape::in_flight
-  bool ring_consumers_stage_ = false;         // allocate(): RUNAHEAD_CUDA_RING_STAGE=consumers
+  bool ring_consumers_stage_ = true;          // allocate(): RUNAHEAD_CUDA_RING_STAGE=0 turns it off
   bool down_q8_ = false;  // allocate(): down's inputs quantized by gate/up's ring where it runs
   bool down_quantized_ = false;  // the last gate/up enqueued wrote down's int8 inputs
   DeviceBuffer gate_up_counters_;  // DownInputs::counters

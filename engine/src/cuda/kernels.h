@@ -53,7 +53,10 @@ struct Q8Scratch {
 };
 // kquant.cu — s = x[t, :] * g (g null: 1) quantized per 32 for t < n; K a multiple of 32; for
 // one token with s.planar set (K a multiple of 64, as a K-quant row's is), its pair-planar copy too.
-void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream);
+// trigger_first: the next kernel may launch as soon as this one has (its blocks' part before
+// their own pdl_wait reading weights alone, as every kernel's does), not once x is in.
+void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream,
+                        bool trigger_first = false);
 // Whether a backend loaded now gives one token's Q4_K products pair-planar inputs where they
 // are staged or quantized for them (RUNAHEAD_CUDA_KQ_PLANAR=0: no, to measure); a backend that
 // does has Q8Scratch::planar.
@@ -107,9 +110,9 @@ struct QkvRope {
   Q8Scratch q8;  // a Q8_0 or K-quant matrix's quantized inputs
   int ring_in_flight = kRingTilesInFlight;  // its ring's tiles a block in flight
   // Its ring's inputs staged by the consumer warps alone, the producer warp going on to its
-  // tiles (RUNAHEAD_CUDA_RING_STAGE=consumers, read by the backend at load; off: every warp of
-  // the block stages a part and waits for the others), to measure.
-  bool ring_inputs_by_consumers = false;
+  // tiles (the default; RUNAHEAD_CUDA_RING_STAGE=0, read by the backend at load: every warp of
+  // the block stages a part and waits for the others, as before NOTES v42).
+  bool ring_inputs_by_consumers = true;
 };
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
                              int sms, cudaStream_t stream, KqRing ring = KqRing::Off);
@@ -160,9 +163,13 @@ struct RingTuning {
   int warp_split = 0;  // where no ring runs: warps a unit of the per-warp kernel (0: gemv_split's rule)
   int in_flight = kRingTilesInFlight;  // the rings' tiles a block in flight
   // The long matrices' rings copy their int8 inputs with the consumer warps alone, the producer
-  // warp going on to its tiles (RUNAHEAD_CUDA_RING_STAGE=consumers-all; off: every warp copies a
-  // part), to measure.
-  bool consumers_copy = false;
+  // warp going on to its tiles (the default; RUNAHEAD_CUDA_RING_STAGE=0 or =consumers: every
+  // warp copies a part).
+  bool consumers_copy = true;
+  // Where it quantizes its inputs first, that launch lets this one launch before its own wait
+  // (quantize_inputs_q8's trigger_first; RUNAHEAD_CUDA_QUANTIZE_EARLY=1), so that its blocks ask
+  // for their first tiles while the kernel before the quantize still runs, to measure.
+  bool trigger_early = false;
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
@@ -194,7 +201,7 @@ bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring = KqRing::Auto, const DownInputs& down = {},
                             int* ring_cursor = nullptr, int ring_in_flight = kRingTilesInFlight,
-                            bool ring_inputs_by_consumers = false);
+                            bool ring_inputs_by_consumers = true);
 bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first

@@ -69,8 +69,9 @@ struct RingShape {
   int in_flight = kRingTilesInFlight;
   // A norm-fused ring's inputs staged (or a long residual ring's copied) by the consumer warps
   // alone, the producer warp going on to its tiles (kernels.h QkvRope::ring_inputs_by_consumers,
-  // RingTuning::consumers_copy; off: every warp stages a part).
-  bool consumers_stage = false;
+  // RingTuning::consumers_copy; off: every warp stages a part). Each launch sets what the
+  // backend says.
+  bool consumers_stage = true;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -85,7 +86,9 @@ __device__ __forceinline__ void consumer_barrier() { sync_first_threads(kRingWar
 
 // Trace marks (trace.h, thread 0: consumer warp 0): 1 its first tile's bytes are in, 2 its last
 // tile's, 3 its last epilogue has run, 4 its inputs are ready (and, in a norm-fused ring,
-// stage_q8's 5 and 6: thread 0 has staged its part of them, the producer warp's lane 0 has).
+// stage_q8's 5: thread 0 has staged its part of them); 6 the producer has seen the block's first
+// tile in, where it waits for it before asking for another (fewer tiles in flight than stages;
+// in a norm-fused ring whose every warp stages, stage_q8's mark 6 before it: the producer's part staged).
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
 // synchronise the block; with s.consumers_stage it runs in the consumer warps alone, which it
 // may synchronise at named barrier 1) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
@@ -148,6 +151,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     if (i >= ahead && ahead < s.stages) {
       const int landed = i - ahead;
       mbarrier_wait(&full[landed % s.stages], (landed / s.stages) & 1);
+      if (landed == 0) trace_mark_last_warp(5);  // the producer has seen the block's first tile in
     }
     int tile = int(blockIdx.x) + i * int(gridDim.x);
     if (taking) {
