@@ -244,7 +244,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"ring_tiles_in_flight", ring_in_flight_},
               {"ring_inputs_staged_by_consumers", ring_consumers_stage_},
               {"residual_ring_inputs_copied_by_consumers", residual_tuning_.consumers_copy},
-              {"down_launched_before_its_quantize_waits", residual_tuning_.trigger_early},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
@@ -693,9 +692,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // warp stages or copies a part, as before; =consumers: the norm-fused rings' alone, to measure.
     ring_consumers_stage_ = !env_is("RUNAHEAD_CUDA_RING_STAGE", "0");
     residual_tuning_.consumers_copy = ring_consumers_stage_ && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
-    // RUNAHEAD_CUDA_QUANTIZE_EARLY=1: down's quantize launch lets down launch before its wait
-    // (RingTuning::trigger_early), to measure.
-    residual_tuning_.trigger_early = env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "1");
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");

@@ -53,10 +53,7 @@ struct Q8Scratch {
 };
 // kquant.cu — s = x[t, :] * g (g null: 1) quantized per 32 for t < n; K a multiple of 32; for
 // one token with s.planar set (K a multiple of 64, as a K-quant row's is), its pair-planar copy too.
-// trigger_first: the next kernel may launch as soon as this one has (its blocks' part before
-// their own pdl_wait reading weights alone, as every kernel's does), not once x is in.
-void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream,
-                        bool trigger_first = false);
+void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream);
 // Whether a backend loaded now gives one token's Q4_K products pair-planar inputs where they
 // are staged or quantized for them (RUNAHEAD_CUDA_KQ_PLANAR=0: no, to measure); a backend that
 // does has Q8Scratch::planar.
@@ -166,10 +163,6 @@ struct RingTuning {
   // warp going on to its tiles (the default; RUNAHEAD_CUDA_RING_STAGE=0 or =consumers: every
   // warp copies a part).
   bool consumers_copy = true;
-  // Where it quantizes its inputs first, that launch lets this one launch before its own wait
-  // (quantize_inputs_q8's trigger_first; RUNAHEAD_CUDA_QUANTIZE_EARLY=1), so that its blocks ask
-  // for their first tiles while the kernel before the quantize still runs, to measure.
-  bool trigger_early = false;
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
