@@ -411,6 +411,10 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
       CHECK(all_at_once->describe()["optimizations"]["ring_tiles_in_flight"] == 0);
       // ... and the inputs staged by the consumer warps alone
       check_consumers_stage(m.w, options, V);
+      // ... and the producer warps not waiting for the kernel before: the same bits
+      auto [unwaited, waiting] =
+          flagged_pair(m.w, options, "RUNAHEAD_CUDA_RING_PRODUCER", "unwaited", "ring_producers_unwaited");
+      CHECK(decode_gap(*unwaited, *waiting, V, 6) == 0.0);
     }
     unsetenv("RUNAHEAD_CUDA_RING_BLOCKS");
     unsetenv("RUNAHEAD_CUDA_KQ_RING");

@@ -244,6 +244,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"ring_tiles_in_flight", ring_in_flight_},
               {"ring_inputs_staged_by_consumers", ring_consumers_stage_},
               {"residual_ring_inputs_copied_by_consumers", residual_tuning_.consumers_copy},
+              {"ring_producers_unwaited", ring_producer_unwaited_ && ring_consumers_stage_},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
@@ -692,6 +693,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // warp stages or copies a part, as before; =consumers: the norm-fused rings' alone, to measure.
     ring_consumers_stage_ = !env_is("RUNAHEAD_CUDA_RING_STAGE", "0");
     residual_tuning_.consumers_copy = ring_consumers_stage_ && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
+    // RUNAHEAD_CUDA_RING_PRODUCER=unwaited: where the consumers stage, the rings' producer warps
+    // do not wait for the kernel before (kquant_ring.cuh RingShape::producer_unwaited), to measure.
+    ring_producer_unwaited_ = env_is("RUNAHEAD_CUDA_RING_PRODUCER", "unwaited");
+    residual_tuning_.producer_unwaited = ring_producer_unwaited_;
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");
@@ -916,6 +921,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.q8 = q8_inputs();
     a.ring_in_flight = ring_in_flight_;
     a.ring_inputs_by_consumers = ring_consumers_stage_;
+    a.ring_producer_unwaited = ring_producer_unwaited_;
     return a;
   }
 
@@ -954,7 +960,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                                              c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
                                              act_.get<float>(), q8_inputs(), sms_, stream_, gate_up_ring_,
                                              n == 1 ? down_inputs() : DownInputs{}, ring_cursor(l, 1), ring_in_flight_,
-                                             ring_consumers_stage_);
+                                             ring_consumers_stage_, ring_producer_unwaited_);
   }
   // Layer l's pair of ints for the ring of its o_proj (0), gate/up (1) or down (2), or null
   // (RUNAHEAD_CUDA_RING_CURSOR=0: the blocks take their tiles in turn, to measure).
@@ -1276,6 +1282,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
   int ring_in_flight_ = kRingTilesInFlight;  // allocate(): every ring's RingShape::in_flight
   bool ring_consumers_stage_ = true;          // allocate(): RUNAHEAD_CUDA_RING_STAGE=0 turns it off
+  bool ring_producer_unwaited_ = false;       // allocate(): RUNAHEAD_CUDA_RING_PRODUCER=unwaited
   bool down_q8_ = false;  // allocate(): down's inputs quantized by gate/up's ring where it runs
   bool down_quantized_ = false;  // the last gate/up enqueued wrote down's int8 inputs
   DeviceBuffer gate_up_counters_;  // DownInputs::counters

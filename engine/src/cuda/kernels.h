@@ -110,6 +110,9 @@ struct QkvRope {
   // tiles (the default; RUNAHEAD_CUDA_RING_STAGE=0, read by the backend at load: every warp of
   // the block stages a part and waits for the others, as before NOTES v42).
   bool ring_inputs_by_consumers = true;
+  // Its ring's producer warp not waiting for the kernel before (kquant_ring.cuh
+  // RingShape::producer_unwaited; RUNAHEAD_CUDA_RING_PRODUCER=unwaited), to measure.
+  bool ring_producer_unwaited = false;
 };
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
                              int sms, cudaStream_t stream, KqRing ring = KqRing::Off);
@@ -163,6 +166,7 @@ struct RingTuning {
   // warp going on to its tiles (the default; RUNAHEAD_CUDA_RING_STAGE=0 or =consumers: every
   // warp copies a part).
   bool consumers_copy = true;
+  bool producer_unwaited = false;  // as QkvRope::ring_producer_unwaited
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
@@ -178,7 +182,7 @@ bool residual_ring_applies(const void* w, DType dtype, const void* scale, int ro
 // so by each): where the ring runs, its blocks take their later tiles as they free stages
 // (kquant_ring.cuh RingShape::cursor); a pair for this launch alone, since the next kernel's
 // blocks start before this one ends.
-// `ring_inputs_by_consumers`: as QkvRope's.
+// `ring_inputs_by_consumers`, `ring_producer_unwaited`: as QkvRope's.
 // `down` (q set; I a multiple of 32): where one token goes through the ring, act is also
 // written quantized per 32 into down.q / down.d as quantize_inputs_q8 would (the same bits),
 // with its pair-planar copy where down.planar is set, so down's matvec_residual_add takes it as
@@ -194,7 +198,7 @@ bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring = KqRing::Auto, const DownInputs& down = {},
                             int* ring_cursor = nullptr, int ring_in_flight = kRingTilesInFlight,
-                            bool ring_inputs_by_consumers = true);
+                            bool ring_inputs_by_consumers = true, bool ring_producer_unwaited = false);
 bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first

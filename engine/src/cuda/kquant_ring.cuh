@@ -72,6 +72,11 @@ struct RingShape {
   // RingTuning::consumers_copy; off: every warp stages a part). Each launch sets what the
   // backend says.
   bool consumers_stage = true;
+  // With consumers_stage: the producer warp, which then reads weights alone, never waits for the
+  // kernel before, so that it asks for the tiles after its first (each once the one before is
+  // in, up to the stages) before that kernel ends too (RUNAHEAD_CUDA_RING_PRODUCER=unwaited);
+  // the consumer warps wait and let the next kernel launch. Each launch sets what the backend says.
+  bool producer_unwaited = false;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -188,8 +193,10 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     policy = evict_first_policy();
     for (; more && issued < first_round; ++issued) more = issue(issued);
   }
-  pdl_wait();
-  pdl_trigger();
+  if (!(s.consumers_stage && s.producer_unwaited && warp == kRingWarps)) {
+    pdl_wait();
+    pdl_trigger();
+  }
   const auto produce = [&] {  // the producer warp, after the wait: the rest of its tiles
     if (producer && RUNAHEAD_RING_DIAG != 2)
       for (; more && (taking || issued < mine); ++issued) more = issue(issued);

@@ -94,6 +94,7 @@ RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingT
     if (long_rows) shape.stages = std::min(shape.stages, tuning.stages ? tuning.stages : kLongRingStages);
     shape.in_flight = tuning.in_flight;
     shape.consumers_stage = tuning.consumers_copy;
+    shape.producer_unwaited = tuning.producer_unwaited;
     if (shape.stages > 0 || tuning.split) return shape;
   }
   return RingShape{};

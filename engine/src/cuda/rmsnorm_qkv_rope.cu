@@ -176,6 +176,7 @@ QkvRingLaunch qkv_ring_launch(const QkvRope& a, int n, KqRing use, int sms) {
   with_planar_inputs(l.shape, a.hidden, a.q8);
   l.shape.in_flight = a.ring_in_flight;
   l.shape.consumers_stage = a.ring_inputs_by_consumers;
+  l.shape.producer_unwaited = a.ring_producer_unwaited;
   if (l.shape.stages == 0 || (use == KqRing::Auto && 2 * l.shape.tiles < sms)) {
     l.shape.stages = 0;
     return l;
