@@ -411,9 +411,9 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
       CHECK(all_at_once->describe()["optimizations"]["ring_tiles_in_flight"] == 0);
       // ... and the inputs staged by the consumer warps alone
       check_consumers_stage(m.w, options, V);
-      // ... and the producer warps not waiting for the kernel before: the same bits
-      auto [unwaited, waiting] =
-          flagged_pair(m.w, options, "RUNAHEAD_CUDA_RING_PRODUCER", "unwaited", "ring_producers_unwaited");
+      // ... and the producer warps not waiting for the kernel before (the default) against
+      // waiting (=0): the same bits
+      auto [unwaited, waiting] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_RING_PRODUCER", "1", "ring_producers_unwaited");
       CHECK(decode_gap(*unwaited, *waiting, V, 6) == 0.0);
     }
     unsetenv("RUNAHEAD_CUDA_RING_BLOCKS");

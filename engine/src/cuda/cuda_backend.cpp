@@ -693,9 +693,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // warp stages or copies a part, as before; =consumers: the norm-fused rings' alone, to measure.
     ring_consumers_stage_ = !env_is("RUNAHEAD_CUDA_RING_STAGE", "0");
     residual_tuning_.consumers_copy = ring_consumers_stage_ && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
-    // RUNAHEAD_CUDA_RING_PRODUCER=unwaited: where the consumers stage, the rings' producer warps
-    // do not wait for the kernel before (kquant_ring.cuh RingShape::producer_unwaited), to measure.
-    ring_producer_unwaited_ = env_is("RUNAHEAD_CUDA_RING_PRODUCER", "unwaited");
+    // Where the consumers stage, the rings' producer warps do not wait for the kernel before
+    // (kquant_ring.cuh RingShape::producer_unwaited): the default (NOTES v42);
+    // RUNAHEAD_CUDA_RING_PRODUCER=0 has them wait, to measure.
+    ring_producer_unwaited_ = !env_is("RUNAHEAD_CUDA_RING_PRODUCER", "0");
     residual_tuning_.producer_unwaited = ring_producer_unwaited_;
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
@@ -1282,7 +1283,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
   int ring_in_flight_ = kRingTilesInFlight;  // allocate(): every ring's RingShape::in_flight
   bool ring_consumers_stage_ = true;          // allocate(): RUNAHEAD_CUDA_RING_STAGE=0 turns it off
-  bool ring_producer_unwaited_ = false;       // allocate(): RUNAHEAD_CUDA_RING_PRODUCER=unwaited
+  bool ring_producer_unwaited_ = true;        // allocate(): RUNAHEAD_CUDA_RING_PRODUCER=0 turns it off
   bool down_q8_ = false;  // allocate(): down's inputs quantized by gate/up's ring where it runs
   bool down_quantized_ = false;  // the last gate/up enqueued wrote down's int8 inputs
   DeviceBuffer gate_up_counters_;  // DownInputs::counters

@@ -111,8 +111,8 @@ struct QkvRope {
   // the block stages a part and waits for the others, as before NOTES v42).
   bool ring_inputs_by_consumers = true;
   // Its ring's producer warp not waiting for the kernel before (kquant_ring.cuh
-  // RingShape::producer_unwaited; RUNAHEAD_CUDA_RING_PRODUCER=unwaited), to measure.
-  bool ring_producer_unwaited = false;
+  // RingShape::producer_unwaited; the default, RUNAHEAD_CUDA_RING_PRODUCER=0 turns it off).
+  bool ring_producer_unwaited = true;
 };
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
                              int sms, cudaStream_t stream, KqRing ring = KqRing::Off);
@@ -166,7 +166,7 @@ struct RingTuning {
   // warp going on to its tiles (the default; RUNAHEAD_CUDA_RING_STAGE=0 or =consumers: every
   // warp copies a part).
   bool consumers_copy = true;
-  bool producer_unwaited = false;  // as QkvRope::ring_producer_unwaited
+  bool producer_unwaited = true;  // as QkvRope::ring_producer_unwaited
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
@@ -198,7 +198,7 @@ bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring = KqRing::Auto, const DownInputs& down = {},
                             int* ring_cursor = nullptr, int ring_in_flight = kRingTilesInFlight,
-                            bool ring_inputs_by_consumers = true, bool ring_producer_unwaited = false);
+                            bool ring_inputs_by_consumers = true, bool ring_producer_unwaited = true);
 bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first

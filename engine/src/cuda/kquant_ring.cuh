@@ -74,9 +74,10 @@ struct RingShape {
   bool consumers_stage = true;
   // With consumers_stage: the producer warp, which then reads weights alone, never waits for the
   // kernel before, so that it asks for the tiles after its first (each once the one before is
-  // in, up to the stages) before that kernel ends too (RUNAHEAD_CUDA_RING_PRODUCER=unwaited);
-  // the consumer warps wait and let the next kernel launch. Each launch sets what the backend says.
-  bool producer_unwaited = false;
+  // in, up to the stages) before that kernel ends too (the default, NOTES v42;
+  // RUNAHEAD_CUDA_RING_PRODUCER=0: it waits as the consumers do); the consumer warps wait and let
+  // the next kernel launch. Each launch sets what the backend says.
+  bool producer_unwaited = true;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
