@@ -21,7 +21,10 @@ constexpr int kWarp = 32;
 
 // Programmatic dependent launch: a kernel may start while the previous one drains. Before
 // pdl_wait() it may only read weights; pdl_wait() returns once the previous grid is done
-// and its writes are visible. pdl_trigger() lets the next kernel start launching.
+// and its writes are visible. pdl_trigger() lets the next kernel start launching; every kernel
+// calls it only after its pdl_wait, so a kernel's start implies that every kernel before the one
+// it follows has ended (a ring's producer warp, which waits for nothing, relies on it:
+// kquant_ring.cuh RingShape::producer_unwaited).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

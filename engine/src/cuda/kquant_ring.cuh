@@ -194,11 +194,15 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     policy = evict_first_policy();
     for (; more && issued < first_round; ++issued) more = issue(issued);
   }
+  // The producer warp, where the consumers stage the inputs, reads the weights and this launch's
+  // cursor pair alone, so it may skip the wait (s.producer_unwaited): the kernel before this one
+  // launched only once its blocks had waited, so every kernel before that one (this launch's
+  // run a step ago, which left the pair zero, among them) has ended.
   if (!(s.consumers_stage && s.producer_unwaited && warp == kRingWarps)) {
     pdl_wait();
     pdl_trigger();
   }
-  const auto produce = [&] {  // the producer warp, after the wait: the rest of its tiles
+  const auto produce = [&] {  // the producer warp, after the wait (or unwaited): the rest of its tiles
     if (producer && RUNAHEAD_RING_DIAG != 2)
       for (; more && (taking || issued < mine); ++issued) more = issue(issued);
     if (producer && taking) {  // every producer done: the last sets the pair back to zero
