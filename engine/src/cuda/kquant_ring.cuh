@@ -94,7 +94,8 @@ __device__ __forceinline__ void consumer_barrier() { sync_first_threads(kRingWar
 // tile's, 3 its last epilogue has run, 4 its inputs are ready (and, in a norm-fused ring,
 // stage_q8's 5: thread 0 has staged its part of them); 6 the producer has seen the block's first
 // tile in, where it waits for it before asking for another (fewer tiles in flight than stages;
-// in a norm-fused ring whose every warp stages, stage_q8's mark 6 before it: the producer's part staged).
+// in a norm-fused ring whose every warp stages, stage_q8's mark 6 before it: the producer's part staged);
+// 7 thread 0 is about to wait for its first tile; 8 the last consumer warp's lane 0 is past pdl_wait.
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
 // synchronise the block; with s.consumers_stage it runs in the consumer warps alone, which it
 // may synchronise at named barrier 1) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
@@ -200,6 +201,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   // run a step ago, which left the pair zero, among them) has ended.
   if (!(s.consumers_stage && s.producer_unwaited && warp == kRingWarps)) {
     pdl_wait();
+    trace_mark_thread(7, (kRingWarps - 1) * kWarp);  // the last consumer warp is past its wait
     pdl_trigger();
   }
   const auto produce = [&] {  // the producer warp, after the wait (or unwaited): the rest of its tiles
@@ -233,6 +235,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
 #pragma unroll
     for (int j = 0; j < kPreloads; ++j) pre[j] = 0.0f;
     if (lane == 0 && part == 0) preload(t.first + unit, pre);
+    if (i == 0) trace_mark(6);  // about to wait for its first tile
     if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], (i / s.stages) & 1);
     if (i == 0) trace_mark(0);
     trace_mark(1);  // this tile's bytes are in: the last one stays

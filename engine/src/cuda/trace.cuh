@@ -47,10 +47,12 @@ __device__ __forceinline__ uint64_t* trace_marks() {
 __device__ __forceinline__ void trace_mark(int i) {
   if (threadIdx.x == 0) trace_marks()[i] = trace_time();
 }
-// Mark i when lane 0 of the block's last warp passes it.
-__device__ __forceinline__ void trace_mark_last_warp(int i) {
-  if (threadIdx.x == blockDim.x - 32) trace_marks()[i] = trace_time();
+// Mark i when thread `thread` of the block passes it.
+__device__ __forceinline__ void trace_mark_thread(int i, unsigned thread) {
+  if (threadIdx.x == thread) trace_marks()[i] = trace_time();
 }
+// Mark i when lane 0 of the block's last warp passes it.
+__device__ __forceinline__ void trace_mark_last_warp(int i) { trace_mark_thread(i, blockDim.x - 32); }
 struct TraceBlock {
   uint64_t start = 0;
   uint32_t tag;
@@ -77,6 +79,7 @@ struct TraceBlock {
 #else
 __device__ __forceinline__ void trace_note_wait() {}
 __device__ __forceinline__ void trace_mark(int) {}
+__device__ __forceinline__ void trace_mark_thread(int, unsigned) {}
 __device__ __forceinline__ void trace_mark_last_warp(int) {}
 #define RUNAHEAD_TRACE_BLOCK(tag) static_assert(true)
 #endif

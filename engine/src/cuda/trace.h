@@ -21,7 +21,7 @@ enum class TraceTag : uint32_t { RUNAHEAD_TRACE_TAGS(RUNAHEAD_TRACE_TAG_ENUM) };
 #undef RUNAHEAD_TRACE_TAG_ENUM
 const char* trace_tag_name(TraceTag tag);
 
-constexpr int kTraceMarks = 6;
+constexpr int kTraceMarks = 8;
 
 struct TraceRecord {
   uint32_t tag;    // a TraceTag
@@ -29,7 +29,7 @@ struct TraceRecord {
   uint32_t sm;     // %smid
   uint32_t pad;
   uint64_t start, waited, end;  // %globaltimer, ns; waited 0 where thread 0 did not call pdl_wait
-  uint64_t mark[kTraceMarks];   // when thread 0 passed trace_mark(i); 0 where it did not
+  uint64_t mark[kTraceMarks];   // when thread 0 (or the one named) passed trace_mark(i); 0 where it did not
 };
 
 // Where the traced kernels write: the device's records and a counter of those taken.
