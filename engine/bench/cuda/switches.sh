@@ -12,8 +12,8 @@
 # Time: ~10-15 s a run (one variant, one case) on an H100, so 2 variants x 3 cases take ~1.3 min
 # a round: a 10-minute call fits several rounds beside the build.
 # The default variants: the two defaults of NOTES.md v42 turned off (the rings' producer warps
-# waiting for the kernel before; every warp staging the rings' inputs), and one tile in flight
-# against two now that the producers ask ahead of the wait.
+# waiting for the kernel before; every warp staging the rings' inputs, where the producers wait
+# too: v41's default), and two tiles in flight now that the producers ask ahead of the wait.
 set -u
 OUT=${OUT:-$PWD/switches-out}
 BUILD=${BUILD:-/tmp/engine-build}
