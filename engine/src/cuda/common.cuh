@@ -24,7 +24,7 @@ constexpr int kWarp = 32;
 // and its writes are visible. pdl_trigger() lets the next kernel start launching; every kernel
 // calls it only after its pdl_wait, so a kernel's start implies that every kernel before the one
 // it follows has ended (a ring's producer warp, which waits for nothing, relies on it:
-// kquant_ring.cuh RingShape::producer_unwaited).
+// kernels.h RingFlags::producer_unwaited).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

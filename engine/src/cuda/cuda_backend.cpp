@@ -241,10 +241,10 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"split_k_decode_attention", attention_.splits},
               {"lm_head_rows_taken_as_blocks_finish", head_cursor_},
               {"ring_tiles_taken_as_stages_free", ring_cursors_.bytes() > 0},
-              {"ring_tiles_in_flight", ring_in_flight_},
-              {"ring_inputs_staged_by_consumers", ring_consumers_stage_},
-              {"residual_ring_inputs_copied_by_consumers", residual_tuning_.consumers_copy},
-              {"ring_producers_unwaited", ring_producer_unwaited_ && ring_consumers_stage_},
+              {"ring_tiles_in_flight", ring_flags_.in_flight},
+              {"ring_inputs_staged_by_consumers", ring_flags_.consumers_stage},
+              {"residual_ring_inputs_copied_by_consumers", residual_tuning_.flags.consumers_stage},
+              {"ring_producers_unwaited", ring_flags_.producer_unwaited && ring_flags_.consumers_stage},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
@@ -685,19 +685,13 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     qkv_ring_ = ring_switch("RUNAHEAD_CUDA_KQ_RING_QKV");
     // RUNAHEAD_CUDA_RING_IN_FLIGHT=n: every ring's blocks with n tiles in flight (0: every stage;
     // kernels.h kRingTilesInFlight), to measure.
-    if (const char* in_flight = std::getenv("RUNAHEAD_CUDA_RING_IN_FLIGHT")) ring_in_flight_ = std::max(0, std::atoi(in_flight));
-    residual_tuning_.in_flight = ring_in_flight_;
-    // The norm-fused rings' inputs staged by their consumer warps alone (kernels.h
-    // QkvRope::ring_inputs_by_consumers) and the long residual rings' copied so
-    // (RingTuning::consumers_copy): the default (NOTES v42). RUNAHEAD_CUDA_RING_STAGE=0: every
-    // warp stages or copies a part, as before; =consumers: the norm-fused rings' alone, to measure.
-    ring_consumers_stage_ = !env_is("RUNAHEAD_CUDA_RING_STAGE", "0");
-    residual_tuning_.consumers_copy = ring_consumers_stage_ && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
-    // Where the consumers stage, the rings' producer warps do not wait for the kernel before
-    // (kquant_ring.cuh RingShape::producer_unwaited): the default (NOTES v42);
-    // RUNAHEAD_CUDA_RING_PRODUCER=0 has them wait, to measure.
-    ring_producer_unwaited_ = !env_is("RUNAHEAD_CUDA_RING_PRODUCER", "0");
-    residual_tuning_.producer_unwaited = ring_producer_unwaited_;
+    if (const char* in_flight = std::getenv("RUNAHEAD_CUDA_RING_IN_FLIGHT")) ring_flags_.in_flight = std::max(0, std::atoi(in_flight));
+    // RUNAHEAD_CUDA_RING_STAGE=0 / RUNAHEAD_CUDA_RING_PRODUCER=0 turn the defaults off, to
+    // measure (kernels.h RingFlags); =consumers keeps the norm-fused rings' alone.
+    ring_flags_.consumers_stage = !env_is("RUNAHEAD_CUDA_RING_STAGE", "0");
+    ring_flags_.producer_unwaited = !env_is("RUNAHEAD_CUDA_RING_PRODUCER", "0");
+    residual_tuning_.flags = ring_flags_;
+    residual_tuning_.flags.consumers_stage = ring_flags_.consumers_stage && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");
@@ -920,9 +914,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.k_cache = k_cache_.get<float>() + size_t(l) * capacity_ * kvd;
     a.v_cache = v_cache_.get<float>() + size_t(l) * capacity_ * kvd;
     a.q8 = q8_inputs();
-    a.ring_in_flight = ring_in_flight_;
-    a.ring_inputs_by_consumers = ring_consumers_stage_;
-    a.ring_producer_unwaited = ring_producer_unwaited_;
+    a.ring_flags = ring_flags_;
     return a;
   }
 
@@ -960,8 +952,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     down_quantized_ = rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
                                              c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
                                              act_.get<float>(), q8_inputs(), sms_, stream_, gate_up_ring_,
-                                             n == 1 ? down_inputs() : DownInputs{}, ring_cursor(l, 1), ring_in_flight_,
-                                             ring_consumers_stage_, ring_producer_unwaited_);
+                                             n == 1 ? down_inputs() : DownInputs{}, ring_cursor(l, 1), ring_flags_);
   }
   // Layer l's pair of ints for the ring of its o_proj (0), gate/up (1) or down (2), or null
   // (RUNAHEAD_CUDA_RING_CURSOR=0: the blocks take their tiles in turn, to measure).
@@ -1281,9 +1272,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
-  int ring_in_flight_ = kRingTilesInFlight;  // allocate(): every ring's RingShape::in_flight
-  bool ring_consumers_stage_ = true;          // allocate(): RUNAHEAD_CUDA_RING_STAGE=0 turns it off
-  bool ring_producer_unwaited_ = true;        // allocate(): RUNAHEAD_CUDA_RING_PRODUCER=0 turns it off
+  RingFlags ring_flags_;  // allocate(): every ring's RingShape::flags (residual_tuning_ has the residual rings')
   bool down_q8_ = false;  // allocate(): down's inputs quantized by gate/up's ring where it runs
   bool down_quantized_ = false;  // the last gate/up enqueued wrote down's int8 inputs
   DeviceBuffer gate_up_counters_;  // DownInputs::counters

@@ -135,14 +135,12 @@ GateUpRingLaunch gate_up_ring_launch(const void* w, DType dtype, const void* q6,
 bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring, const DownInputs& down, int* ring_cursor,
-                            int ring_in_flight, bool ring_inputs_by_consumers, bool ring_producer_unwaited) {
+                            const RingFlags& ring_flags) {
   const bool quantize = down.q && I % 32 == 0;
   if (GateUpRingLaunch l = gate_up_ring_launch(w_gate_up, dtype, scale, H, I, n, ring, sms, q8, quantize);
       l.shape.stages > 0) {
     take_tiles(l.shape, l.blocks, ring_cursor);
-    l.shape.in_flight = ring_in_flight;
-    l.shape.consumers_stage = ring_inputs_by_consumers;
-    l.shape.producer_unwaited = ring_producer_unwaited;
+    l.shape.flags = ring_flags;
     launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, norm, eps, H, x, act,
                down);
     return quantize;

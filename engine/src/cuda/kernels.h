@@ -72,11 +72,24 @@ void embedding_lookup(const void* embed, DType dtype, const void* scale, int H, 
 // rows with several warps a row; q/k/v: where there are enough tiles, a tile for every two
 // multiprocessors), Forced wherever it can run, Off never.
 enum class KqRing { Off, Auto, Forced };
-// The tiles each block of a bulk-copy ring keeps in flight (RingShape::in_flight): one, each asked
+// The tiles each block of a bulk-copy ring keeps in flight (RingFlags::in_flight): one, each asked
 // for once the one before it is in: on an H100 the 1.5B Q4_K_M decodes 7 % faster than with every
 // stage in flight, the 7B 3 % (NOTES.md v36). The backend reads RUNAHEAD_CUDA_RING_IN_FLIGHT=n at
 // load (0: every stage) and passes it to each ring's launch.
 constexpr int kRingTilesInFlight = 1;
+// How a bulk-copy ring's blocks run, as the backend reads it at load and hands to each ring's
+// launch (kquant_ring.cuh RingShape::flags).
+struct RingFlags {
+  int in_flight = kRingTilesInFlight;  // tiles a block keeps in flight (0: as many as it has stages)
+  // Its inputs staged (a norm-fused ring: gate/up, q/k/v) or copied (a long residual ring) by the
+  // consumer warps alone, the producer warp going on to its tiles (NOTES v42;
+  // RUNAHEAD_CUDA_RING_STAGE=0: every warp takes a part and waits for the others; =consumers:
+  // the norm-fused rings' alone, to measure).
+  bool consumers_stage = true;
+  // With consumers_stage: the producer warp, which then reads weights alone, does not wait for
+  // the kernel before (NOTES v42; RUNAHEAD_CUDA_RING_PRODUCER=0: it waits, to measure).
+  bool producer_unwaited = true;
+};
 // Whether this device runs the rings (bulk copies: compute capability 9.0 or more).
 bool rings_run_here();
 
@@ -105,14 +118,7 @@ struct QkvRope {
   float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
   float* v_cache = nullptr;
   Q8Scratch q8;  // a Q8_0 or K-quant matrix's quantized inputs
-  int ring_in_flight = kRingTilesInFlight;  // its ring's tiles a block in flight
-  // Its ring's inputs staged by the consumer warps alone, the producer warp going on to its
-  // tiles (the default; RUNAHEAD_CUDA_RING_STAGE=0, read by the backend at load: every warp of
-  // the block stages a part and waits for the others, as before NOTES v42).
-  bool ring_inputs_by_consumers = true;
-  // Its ring's producer warp not waiting for the kernel before (kquant_ring.cuh
-  // RingShape::producer_unwaited; the default, RUNAHEAD_CUDA_RING_PRODUCER=0 turns it off).
-  bool ring_producer_unwaited = true;
+  RingFlags ring_flags;  // its ring's
 };
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
                              int sms, cudaStream_t stream, KqRing ring = KqRing::Off);
@@ -161,12 +167,7 @@ struct RingTuning {
   int split = 0, long_rows = 0;
   int stages = 0;      // the long matrices' ring stages at most (0: its rule, 2)
   int warp_split = 0;  // where no ring runs: warps a unit of the per-warp kernel (0: gemv_split's rule)
-  int in_flight = kRingTilesInFlight;  // the rings' tiles a block in flight
-  // The long matrices' rings copy their int8 inputs with the consumer warps alone, the producer
-  // warp going on to its tiles (the default; RUNAHEAD_CUDA_RING_STAGE=0 or =consumers: every
-  // warp copies a part).
-  bool consumers_copy = true;
-  bool producer_unwaited = true;  // as QkvRope::ring_producer_unwaited
+  RingFlags flags;  // the rings' (consumers_stage: the long matrices' inputs copied by the consumers)
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
@@ -182,7 +183,6 @@ bool residual_ring_applies(const void* w, DType dtype, const void* scale, int ro
 // so by each): where the ring runs, its blocks take their later tiles as they free stages
 // (kquant_ring.cuh RingShape::cursor); a pair for this launch alone, since the next kernel's
 // blocks start before this one ends.
-// `ring_inputs_by_consumers`, `ring_producer_unwaited`: as QkvRope's.
 // `down` (q set; I a multiple of 32): where one token goes through the ring, act is also
 // written quantized per 32 into down.q / down.d as quantize_inputs_q8 would (the same bits),
 // with its pair-planar copy where down.planar is set, so down's matvec_residual_add takes it as
@@ -197,8 +197,7 @@ struct DownInputs {
 bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
                             cudaStream_t stream, KqRing ring = KqRing::Auto, const DownInputs& down = {},
-                            int* ring_cursor = nullptr, int ring_in_flight = kRingTilesInFlight,
-                            bool ring_inputs_by_consumers = true, bool ring_producer_unwaited = true);
+                            int* ring_cursor = nullptr, const RingFlags& ring_flags = {});
 bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first

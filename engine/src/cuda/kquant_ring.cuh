@@ -62,22 +62,15 @@ struct RingShape {
   // `stages` are the next ones not yet taken rather than every gridDim-th, so blocks that run
   // faster take more; null: round robin.
   int* cursor = nullptr;
-  // Tiles a block keeps in flight (0: as many as it has stages): where fewer, the producer asks
-  // for a tile only once the one `in_flight` before it is in, so that a block's first tile is
-  // not served interleaved with all its others (and every other block's) and its sums begin
-  // while the rest stream. Each launch sets what the backend says.
-  int in_flight = kRingTilesInFlight;
-  // A norm-fused ring's inputs staged (or a long residual ring's copied) by the consumer warps
-  // alone, the producer warp going on to its tiles (kernels.h QkvRope::ring_inputs_by_consumers,
-  // RingTuning::consumers_copy; off: every warp stages a part). Each launch sets what the
-  // backend says.
-  bool consumers_stage = true;
-  // With consumers_stage: the producer warp, which then reads weights alone, never waits for the
-  // kernel before, so that it asks for the tiles after its first (each once the one before is
-  // in, up to the stages) before that kernel ends too (the default, NOTES v42;
-  // RUNAHEAD_CUDA_RING_PRODUCER=0: it waits as the consumers do); the consumer warps wait and let
-  // the next kernel launch. Each launch sets what the backend says.
-  bool producer_unwaited = true;
+  // Each launch sets what the backend says. flags.in_flight: where fewer tiles than stages, the
+  // producer asks for a tile only once the one `in_flight` before it is in, so that a block's
+  // first tile is not served interleaved with all its others (and every other block's) and its
+  // sums begin while the rest stream. flags.consumers_stage: `inputs()` runs in the consumer
+  // warps alone. flags.producer_unwaited (with consumers_stage): the producer warp never waits
+  // for the kernel before, so it asks for the tiles after its first (each once the one before
+  // is in, up to the stages) before that kernel ends too; the consumer warps wait and let the
+  // next kernel launch.
+  RingFlags flags;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
   __host__ __device__ int first_row(int tile) const {
     return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
@@ -97,7 +90,7 @@ __device__ __forceinline__ void consumer_barrier() { sync_first_threads(kRingWar
 // in a norm-fused ring whose every warp stages, stage_q8's mark 6 before it: the producer's part staged);
 // 7 thread 0 is about to wait for its first tile; 8 the last consumer warp's lane 0 is past pdl_wait.
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
-// synchronise the block; with s.consumers_stage it runs in the consumer warps alone, which it
+// synchronise the block; with s.flags.consumers_stage it runs in the consumer warps alone, which it
 // may synchronise at named barrier 1) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
 // of the consumer warp that summed unit w of a tile (its first warp where split > 1): `row` is
 // row w of the tile's run 0, acc[p] row w of run p, and pre (kPreloads floats) what `preload(row, pre)` left
@@ -151,7 +144,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   bool more = true;  // the producer: tiles may be left
   // Tiles asked for before the one `ahead` after them is in (every stage's with RUNAHEAD_RING_DIAG 2,
   // whose producer fills the stages once before pdl_wait).
-  const int ahead = RUNAHEAD_RING_DIAG != 2 && s.in_flight > 0 && s.in_flight < s.stages ? s.in_flight : s.stages;
+  const int ahead = RUNAHEAD_RING_DIAG != 2 && s.flags.in_flight > 0 && s.flags.in_flight < s.stages ? s.flags.in_flight : s.stages;
   const auto issue = [&](int i) {  // this block's i-th tile into stage i % stages (with a cursor: false at the end)
     const int stage = i % s.stages;
     if (i >= s.stages) mbarrier_wait(&empty[stage], (i / s.stages - 1) & 1);
@@ -196,10 +189,10 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     for (; more && issued < first_round; ++issued) more = issue(issued);
   }
   // The producer warp, where the consumers stage the inputs, reads the weights and this launch's
-  // cursor pair alone, so it may skip the wait (s.producer_unwaited): the kernel before this one
+  // cursor pair alone, so it may skip the wait (flags.producer_unwaited): the kernel before this one
   // launched only once its blocks had waited, so every kernel before that one (this launch's
   // run a step ago, which left the pair zero, among them) has ended.
-  if (!(s.consumers_stage && s.producer_unwaited && warp == kRingWarps)) {
+  if (!(s.flags.consumers_stage && s.flags.producer_unwaited && warp == kRingWarps)) {
     pdl_wait();
     trace_mark_thread(7, (kRingWarps - 1) * kWarp);  // the last consumer warp is past its wait
     pdl_trigger();
@@ -212,7 +205,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
       if (atomicAdd(s.cursor + 1, 1) == int(gridDim.x) - 1) s.cursor[0] = 0, s.cursor[1] = 0;
     }
   };
-  if (s.consumers_stage && warp == kRingWarps) return produce();
+  if (s.flags.consumers_stage && warp == kRingWarps) return produce();
   const Q8Inputs in = inputs();
   trace_mark(3);
   if (warp == kRingWarps) return produce();
@@ -293,15 +286,15 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
 // The inputs of a norm-fused ring (gate/up, q/k/v): x * norm quantized into the block's
 // staged bytes as stage_q8 does (with their pair-planar copy where the shape has room for it),
 // and 1 / rms(x) in `inv`. Every thread calls it (in `inputs`), or every consumer warp's where
-// s.consumers_stage.
+// s.flags.consumers_stage.
 __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const float* x, const float* norm, int H,
                                                      float eps, unsigned char* smem, float& inv) {
   __shared__ float squares[kRingWarps + 1];
   int8_t* planar = s.planar_at ? reinterpret_cast<int8_t*>(smem + s.planar_at) : nullptr;
   // ends with a barrier (of the consumer warps where they alone stage)
-  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar, s.consumers_stage);
+  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar, s.flags.consumers_stage);
   float total = 0.0f;
-  for (int w = 0; w < kRingWarps + (s.consumers_stage ? 0 : 1); ++w) total += squares[w];
+  for (int w = 0; w < kRingWarps + (s.flags.consumers_stage ? 0 : 1); ++w) total += squares[w];
   inv = rsqrtf(total / float(H) + eps);
   return in;
 }
@@ -310,7 +303,7 @@ __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const f
 // the values the rows read: pair-planar where `planar`, else as stored), so that the consumers'
 // loads of them wait on shared memory rather than L1 (stage_q8_bytes(K) bytes). Every thread
 // calls it (in `inputs`); it ends with a barrier. `consumers`: the consumer warps alone call it
-// and meet at named barrier 1 (RingShape::consumers_stage).
+// and meet at named barrier 1 (RingFlags::consumers_stage).
 __device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool planar, unsigned char* smem,
                                                        bool consumers = false) {
   const int K = q8.K, scales = K / 32, threads = consumers ? kRingWarps * kWarp : int(blockDim.x);

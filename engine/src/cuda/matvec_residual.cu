@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
   constexpr int P = kLong ? 2 : 1;
   const auto inputs = [&] {
     return kLong ? ring_copied_inputs(q8, (kRows == RingRows::Q4 || kRows == RingRows::Both) && q8.planar, smem,
-                                      shape.consumers_stage)
+                                      shape.flags.consumers_stage)
                  : q8;
   };
   ring_gemv<kRows, P, kSplit>(
@@ -92,9 +92,7 @@ RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingT
     RingShape shape = ring_shape_rows(w, scale, rows, long_rows ? 2 : 1, K, 1, staged, split,
                                       long_rows ? 2 : kRingBlocksPerSm, q8);
     if (long_rows) shape.stages = std::min(shape.stages, tuning.stages ? tuning.stages : kLongRingStages);
-    shape.in_flight = tuning.in_flight;
-    shape.consumers_stage = tuning.consumers_copy;
-    shape.producer_unwaited = tuning.producer_unwaited;
+    shape.flags = tuning.flags;
     if (shape.stages > 0 || tuning.split) return shape;
   }
   return RingShape{};

@@ -174,9 +174,7 @@ QkvRingLaunch qkv_ring_launch(const QkvRope& a, int n, KqRing use, int sms) {
                        heads * (half / kRingWarps), n, q8 ? stage_q8_bytes(a.hidden) : ring_norm_staged_bytes(a.hidden),
                        1, 1, kRingBlocksPerSm, q8);
   with_planar_inputs(l.shape, a.hidden, a.q8);
-  l.shape.in_flight = a.ring_in_flight;
-  l.shape.consumers_stage = a.ring_inputs_by_consumers;
-  l.shape.producer_unwaited = a.ring_producer_unwaited;
+  l.shape.flags = a.ring_flags;
   if (l.shape.stages == 0 || (use == KqRing::Auto && 2 * l.shape.tiles < sms)) {
     l.shape.stages = 0;
     return l;
