@@ -623,8 +623,7 @@ __host__ __device__ constexpr int stage_q8_scales(int K) { return (K / 32 + 3) /
 // block of 9 warps stages K <= 4608 in one round trip to memory. (A value a lane and 4 groups
 // a round took 4 rounds for the 7B's K = 3584; H200, Q4_K_M, us a step alone: 7B q/k/v 300 ->
 // 200, gate/up 722 -> 626; 1.5B q/k/v 186 -> 160, gate/up 324 -> 281.) `planar` (K bytes, or
-// null): the values' pair-planar copy too. Trace marks (trace.h): 5 thread 0 has staged its
-// part, 6 lane 0 of the last warp (in a ring, the producer's warp) has.
+// null): the values' pair-planar copy too. Trace mark 5 (trace.h): thread 0 has staged its part.
 constexpr int kStageLoads = 4;
 // Named barrier 1 of the block's first `threads` threads (whole warps; the others do not wait).
 __device__ __forceinline__ void sync_first_threads(int threads) {
@@ -668,7 +667,6 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
     }
   }
   trace_mark(4);  // thread 0 has stored its part (so its loads of x and g are back)
-  trace_mark_last_warp(5);  // and the last warp's lane 0 (a ring's producer warp)
   sq = warp_sum(sq);
   if (lane == 0) squares[warp] = sq;
   if (all_but_last)

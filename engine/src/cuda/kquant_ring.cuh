@@ -86,8 +86,7 @@ __device__ __forceinline__ void consumer_barrier() { sync_first_threads(kRingWar
 // Trace marks (trace.h, thread 0: consumer warp 0): 1 its first tile's bytes are in, 2 its last
 // tile's, 3 its last epilogue has run, 4 its inputs are ready (and, in a norm-fused ring,
 // stage_q8's 5: thread 0 has staged its part of them); 6 the producer has seen the block's first
-// tile in, where it waits for it before asking for another (fewer tiles in flight than stages;
-// in a norm-fused ring whose every warp stages, stage_q8's mark 6 before it: the producer's part staged);
+// tile in, where it waits for it before asking for another (fewer tiles in flight than stages);
 // 7 thread 0 is about to wait for its first tile; 8 the last consumer warp's lane 0 is past pdl_wait.
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
 // synchronise the block; with s.flags.consumers_stage it runs in the consumer warps alone, which it
