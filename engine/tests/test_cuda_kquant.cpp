@@ -409,6 +409,10 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
       CHECK(decode_gap(*one_by_one, *all_at_once, V, 6) == 0.0);
       CHECK(one_by_one->describe()["optimizations"]["ring_tiles_in_flight"] == 1);
       CHECK(all_at_once->describe()["optimizations"]["ring_tiles_in_flight"] == 0);
+      // ... and down launched before its quantize launch has waited for gate/up: the same bits
+      auto [early, late] =
+          flagged_pair(m.w, options, "RUNAHEAD_CUDA_QUANTIZE_EARLY", "1", "down_launched_before_its_quantize_waits");
+      CHECK(decode_gap(*early, *late, V, 6) == 0.0);
       // ... and the inputs staged by the consumer warps alone
       check_consumers_stage(m.w, options, V);
       // ... and the producer warps not waiting for the kernel before (the default) against

@@ -245,6 +245,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"ring_inputs_staged_by_consumers", ring_flags_.consumers_stage},
               {"residual_ring_inputs_copied_by_consumers", residual_tuning_.flags.consumers_stage},
               {"ring_producers_unwaited", ring_flags_.producer_unwaited && ring_flags_.consumers_stage},
+              {"down_launched_before_its_quantize_waits", residual_tuning_.trigger_early},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
@@ -692,6 +693,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     ring_flags_.producer_unwaited = !env_is("RUNAHEAD_CUDA_RING_PRODUCER", "0");
     residual_tuning_.flags = ring_flags_;
     residual_tuning_.flags.consumers_stage = ring_flags_.consumers_stage && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
+    residual_tuning_.trigger_early = env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "1");
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");

@@ -53,7 +53,10 @@ struct Q8Scratch {
 };
 // kquant.cu — s = x[t, :] * g (g null: 1) quantized per 32 for t < n; K a multiple of 32; for
 // one token with s.planar set (K a multiple of 64, as a K-quant row's is), its pair-planar copy too.
-void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream);
+// trigger_first: the next kernel may launch as soon as this one has (its blocks' part before
+// their own pdl_wait reading weights alone, as every kernel's does), not once x is in.
+void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream,
+                        bool trigger_first = false);
 // Whether a backend loaded now gives one token's Q4_K products pair-planar inputs where they
 // are staged or quantized for them (RUNAHEAD_CUDA_KQ_PLANAR=0: no, to measure); a backend that
 // does has Q8Scratch::planar.
@@ -168,6 +171,7 @@ struct RingTuning {
   int stages = 0;      // the long matrices' ring stages at most (0: its rule, 2)
   int warp_split = 0;  // where no ring runs: warps a unit of the per-warp kernel (0: gemv_split's rule)
   RingFlags flags;  // the rings' (consumers_stage: the long matrices' inputs copied by the consumers)
+  bool trigger_early = false;  // RUNAHEAD_CUDA_QUANTIZE_EARLY=1: down launches before its quantize waits, to measure
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,

@@ -49,12 +49,14 @@ __global__ void dequantize_kquant_kernel(const uint8_t* q4, const uint8_t* q6, i
 }
 
 // grid (ceil(K / 256), n), 256 threads: warp w of block b quantizes the 32 values of token
-// blockIdx.y from 256 b + 32 w (q8_lane: llama.cpp's quantize_q8_1).
+// blockIdx.y from 256 b + 32 w (q8_lane: llama.cpp's quantize_q8_1). trigger_first: the next
+// kernel may launch before this one's wait (kernels.h quantize_inputs_q8).
 __global__ void __launch_bounds__(256) quantize_inputs_q8_kernel(const float* x, const float* g, int K, int8_t* q,
-                                                                 float* d, int8_t* planar) {
+                                                                 float* d, int8_t* planar, bool trigger_first) {
   RUNAHEAD_TRACE_BLOCK(quantize_inputs);
+  if (trigger_first) pdl_trigger();
   pdl_wait();
-  pdl_trigger();
+  if (!trigger_first) pdl_trigger();
   const int lane = threadIdx.x % kWarp, group = blockIdx.x * (256 / kWarp) + threadIdx.x / kWarp, t = blockIdx.y;
   if (group * 32 >= K) return;
   const int k = group * 32 + lane;
@@ -67,9 +69,10 @@ __global__ void __launch_bounds__(256) quantize_inputs_q8_kernel(const float* x,
 
 }  // namespace
 
-void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream) {
+void quantize_inputs_q8(const float* x, const float* g, int n, int K, const Q8Scratch& s, cudaStream_t stream,
+                        bool trigger_first) {
   launch_pdl(quantize_inputs_q8_kernel, dim3((K + 255) / 256, n), dim3(256), 0, stream, x, g, K, s.q, s.d,
-             n == 1 ? s.planar : nullptr);
+             n == 1 ? s.planar : nullptr, trigger_first);
 }
 
 bool kq_planar_enabled() {
