@@ -9,7 +9,6 @@
 #include <cstring>
 #include <map>
 #include <string>
-#include <string_view>
 
 #include "cuda/decode_step.h"
 #include "cuda/device_memory.h"
@@ -247,7 +246,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"residual_ring_inputs_copied_by_consumers", residual_tuning_.flags.consumers_stage},
               {"ring_producers_unwaited", ring_flags_.producer_unwaited && ring_flags_.consumers_stage},
               {"down_launched_before_its_quantize_waits", residual_tuning_.trigger_early},
-              {"rings_triggering_before_their_wait", trigger_first_},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
@@ -696,14 +694,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     residual_tuning_.flags = ring_flags_;
     residual_tuning_.flags.consumers_stage = ring_flags_.consumers_stage && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
     residual_tuning_.trigger_early = env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "1");
-    // RUNAHEAD_CUDA_TRIGGER_FIRST=o_proj,gate_up,down (any of them): those rings let the next
-    // kernel launch before their own wait (RingFlags::trigger_first), to measure.
-    trigger_first_.clear();
-    if (const char* first = std::getenv("RUNAHEAD_CUDA_TRIGGER_FIRST")) {
-      const std::string names = std::string(",") + first + ",";
-      for (const char* op : {"o_proj", "gate_up", "down"})
-        if (names.find(std::string(",") + op + ",") != std::string::npos) trigger_first_.push_back(op);
-    }
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");
@@ -964,13 +954,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     down_quantized_ = rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
                                              c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
                                              act_.get<float>(), q8_inputs(), sms_, stream_, gate_up_ring_,
-                                             n == 1 ? down_inputs() : DownInputs{}, ring_cursor(l, 1),
-                                             flags_of("gate_up", ring_flags_));
-  }
-  // `flags` with trigger_first where `op` is among RUNAHEAD_CUDA_TRIGGER_FIRST's.
-  RingFlags flags_of(std::string_view op, RingFlags flags) const {
-    flags.trigger_first = std::find(trigger_first_.begin(), trigger_first_.end(), op) != trigger_first_.end();
-    return flags;
+                                             n == 1 ? down_inputs() : DownInputs{}, ring_cursor(l, 1), ring_flags_);
   }
   // Layer l's pair of ints for the ring of its o_proj (0), gate/up (1) or down (2), or null
   // (RUNAHEAD_CUDA_RING_CURSOR=0: the blocks take their tiles in turn, to measure).
@@ -996,11 +980,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // lane, as attention's merge writes them: the same bits whether it or a launch quantizes.
     Q8Scratch q8 = q8_inputs();
     if (role != Role::WDown) q8.planar = nullptr;
-    RingTuning tuning = residual_tuning_;
-    tuning.flags = flags_of(role == Role::Wo ? "o_proj" : "down", tuning.flags);
     matvec_residual_add(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
                         int(w.cols()), in, n, x_.get<float>(), q8, sms_, stream_, from_attention || from_gate_up,
-                        residual_ring_, tuning, ring_cursor(l, role == Role::Wo ? 0 : 2));
+                        residual_ring_, residual_tuning_, ring_cursor(l, role == Role::Wo ? 0 : 2));
   }
 
   float* buffer(Buffer b) const {
@@ -1293,7 +1275,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
   RingFlags ring_flags_;  // allocate(): every ring's RingShape::flags (residual_tuning_ has the residual rings')
-  std::vector<std::string> trigger_first_;  // allocate(): the rings with RingFlags::trigger_first (flags_of)
   bool down_q8_ = false;  // allocate(): down's inputs quantized by gate/up's ring where it runs
   bool down_quantized_ = false;  // the last gate/up enqueued wrote down's int8 inputs
   DeviceBuffer gate_up_counters_;  // DownInputs::counters

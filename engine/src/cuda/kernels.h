@@ -92,13 +92,6 @@ struct RingFlags {
   // With consumers_stage: the producer warp, which then reads weights alone, does not wait for
   // the kernel before (NOTES v42; RUNAHEAD_CUDA_RING_PRODUCER=0: it waits, to measure).
   bool producer_unwaited = true;
-  // Its consumer warps let the next kernel launch before they wait for the one before (the
-  // kernel after then runs beside both, its producers asking for their tiles early), where the
-  // kernel after reads nothing before its own wait that this one's predecessor writes:
-  // o_proj's, gate/up's and down's rings (RUNAHEAD_CUDA_TRIGGER_FIRST=o_proj,gate_up,down, any
-  // of them; off by default, to measure). Never q/k/v's: attention reads the position before
-  // its wait, trusting that the kernel two back has ended.
-  bool trigger_first = false;
 };
 // Whether this device runs the rings (bulk copies: compute capability 9.0 or more).
 bool rings_run_here();

@@ -192,10 +192,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   // launched only once its blocks had waited, so every kernel before that one (this launch's
   // run a step ago, which left the pair zero, among them) has ended.
   if (!(s.flags.consumers_stage && s.flags.producer_unwaited && warp == kRingWarps)) {
-    if (s.flags.trigger_first) pdl_trigger();
     pdl_wait();
     trace_mark_thread(7, (kRingWarps - 1) * kWarp);  // the last consumer warp is past its wait
-    if (!s.flags.trigger_first) pdl_trigger();
+    pdl_trigger();
   }
   const auto produce = [&] {  // the producer warp, after the wait (or unwaited): the rest of its tiles
     if (producer && RUNAHEAD_RING_DIAG != 2)
