@@ -409,7 +409,8 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
       CHECK(decode_gap(*one_by_one, *all_at_once, V, 6) == 0.0);
       CHECK(one_by_one->describe()["optimizations"]["ring_tiles_in_flight"] == 1);
       CHECK(all_at_once->describe()["optimizations"]["ring_tiles_in_flight"] == 0);
-      // ... and down launched before its quantize launch has waited for gate/up: the same bits
+      // ... and down launched before its quantize launch has waited for gate/up (the rule's
+      // choice for these short rows) against after: the same bits
       auto [early, late] =
           flagged_pair(m.w, options, "RUNAHEAD_CUDA_QUANTIZE_EARLY", "1", "down_launched_before_its_quantize_waits");
       CHECK(decode_gap(*early, *late, V, 6) == 0.0);

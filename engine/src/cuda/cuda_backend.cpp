@@ -245,7 +245,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"ring_inputs_staged_by_consumers", ring_flags_.consumers_stage},
               {"residual_ring_inputs_copied_by_consumers", residual_tuning_.flags.consumers_stage},
               {"ring_producers_unwaited", ring_flags_.producer_unwaited && ring_flags_.consumers_stage},
-              {"down_launched_before_its_quantize_waits", residual_tuning_.trigger_early},
+              {"down_launched_before_its_quantize_waits", !layers_.empty() && down_quantized_early()},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
@@ -693,7 +693,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     ring_flags_.producer_unwaited = !env_is("RUNAHEAD_CUDA_RING_PRODUCER", "0");
     residual_tuning_.flags = ring_flags_;
     residual_tuning_.flags.consumers_stage = ring_flags_.consumers_stage && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
-    residual_tuning_.trigger_early = env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "1");
+    // RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0: down launched before its quantize waits always /
+    // never (RingTuning::quantize_early; its rule otherwise), to measure.
+    residual_tuning_.quantize_early = env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "1") ? 1 : env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "0") ? -1 : 0;
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");
@@ -960,6 +962,12 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   // (RUNAHEAD_CUDA_RING_CURSOR=0: the blocks take their tiles in turn, to measure).
   int* ring_cursor(int l, int which) const {
     return ring_cursors_.bytes() ? ring_cursors_.get<int>() + (size_t(l) * 3 + which) * 2 : nullptr;
+  }
+  // Whether layer 0's down launches before the launch quantizing its inputs has waited.
+  bool down_quantized_early() const {
+    const Tensor& w = w_->layers[0][Role::WDown];
+    return residual_quantizes_early(layers_[0].matrix(Role::WDown), layer_dtype_, layers_[0].matrix_scale(Role::WDown),
+                                    int(w.rows()), int(w.cols()), residual_ring_, residual_tuning_);
   }
   // Whether layer l's o_proj and down both go through the bulk-copy ring.
   bool residual_rings(int l) const {

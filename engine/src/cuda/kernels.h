@@ -171,7 +171,12 @@ struct RingTuning {
   int stages = 0;      // the long matrices' ring stages at most (0: its rule, 2)
   int warp_split = 0;  // where no ring runs: warps a unit of the per-warp kernel (0: gemv_split's rule)
   RingFlags flags;  // the rings' (consumers_stage: the long matrices' inputs copied by the consumers)
-  bool trigger_early = false;  // RUNAHEAD_CUDA_QUANTIZE_EARLY=1: down launches before its quantize waits, to measure
+  // Where this launch quantizes its inputs first (down), the quantize lets this matrix's kernel
+  // launch before its own wait, so that a ring's producers ask for their tiles while the kernel
+  // before the quantize (gate/up) still runs: 0 by its rule, where the ring's rows are not long
+  // (the 1.5B's down, not the 7B's: NOTES v43); 1 always, -1 never
+  // (RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0, to measure).
+  int quantize_early = 0;
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,
@@ -180,6 +185,10 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
 // (Q4_K rows of one format or Q8_0 rows; ring not Off; a device with bulk copies).
 bool residual_ring_applies(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
                            RingTuning tuning = {});
+// Whether one token's quantize launch before that matrix's lets it launch before its own wait
+// (RingTuning::quantize_early).
+bool residual_quantizes_early(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
+                              RingTuning tuning = {});
 
 // gate_up_swiglu.cu — act[t, j] = silu(g) * u with g = rmsnorm(x[t]) * norm . Wg[j],
 // u = ... . Wu[j]   w_gate_up: [2I, H], Wg its first I rows, Wu the rest; x: [n, H], act: [n, I]

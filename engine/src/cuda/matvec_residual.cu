@@ -110,7 +110,17 @@ RingShape residual_ring_of(const void* w, DType dtype, const void* scale, int ro
   if ((dtype != DType::Q4_K && dtype != DType::Q8_0) || ring == KqRing::Off) return RingShape{};
   return residual_ring(w, scale, rows, K, tuning, dtype == DType::Q8_0);
 }
+// RingTuning::quantize_early for the matrix's launch (`shape`: its ring, or stages 0).
+bool quantizes_early(const RingShape& shape, int rows, const RingTuning& tuning) {
+  return tuning.quantize_early > 0 || (tuning.quantize_early == 0 && shape.stages > 0 && shape.run_rows >= rows);
+}
 }  // namespace
+
+bool residual_quantizes_early(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
+                              RingTuning tuning) {
+  return (dtype == DType::Q4_K || dtype == DType::Q8_0) &&
+         quantizes_early(residual_ring_of(w, dtype, scale, rows, K, ring, tuning), rows, tuning);
+}
 
 bool residual_ring_applies(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
                            RingTuning tuning) {
@@ -125,7 +135,7 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
   const Q8Inputs inputs{q8.q, q8.d, K, own.planar};
   if (RingShape shape = n == 1 ? residual_ring_of(w, dtype, scale, rows, K, ring, tuning) : RingShape{};
       shape.stages > 0) {
-    if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream, tuning.trigger_early);
+    if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream, quantizes_early(shape, rows, tuning));
     const bool long_rows = shape.run_rows < rows, split = shape.split > 1;
     auto pick = [&](auto rows_c) {
       constexpr RingRows kR = decltype(rows_c)::value;
@@ -144,7 +154,7 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
   }
   with_matrix_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
-    if constexpr (kQ8Inputs<W>) if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream, tuning.trigger_early);
+    if constexpr (kQ8Inputs<W>) if (!quantized) quantize_inputs_q8(in, nullptr, n, K, own, stream, quantizes_early({}, rows, tuning));
     auto kernel = for_vec_tokens(n, [](auto nt) { return matvec_residual_add_kernel<W, decltype(nt)::value>; });
     // One token's Q8_0 rows: a warp a row pair up to K = 4096 (o_proj), else two (down).
     // Measured on an H200 with the preload, us a step alone (splits 1 / 2 / 4 / 8): 7B o_proj 165
