@@ -26,20 +26,12 @@
 #include <utility>
 #include <vector>
 
+#include "probe.cuh"
+
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "code_probe: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-__device__ __forceinline__ uint64_t now() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
+using probe::check;
+using probe::now;
 
 constexpr int kRegions = 8, kRegionOps = 512, kEvictors = 6;
 
@@ -140,6 +132,7 @@ void print_regions(const char* what, int blocks, const std::vector<uint64_t>& h)
 }  // namespace
 
 int main() {
+  probe::name = "code_probe";
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
   uint64_t* times = nullptr;

@@ -22,21 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "probe.cuh"
+
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "pdl_probe: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using probe::check;
+using probe::now;
+using probe::smem_u32;
 
-__device__ __forceinline__ uint64_t now() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
-__device__ __forceinline__ unsigned smem_u32(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
 
 // A: every block lets the dependents launch, spins `spin_ns`, records its end.
 __global__ void spin_kernel(uint64_t spin_ns, uint64_t* ends) {
@@ -110,6 +103,7 @@ double pct(std::vector<double> v, double p) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  probe::name = "pdl_probe";
   const double spin_us = argc > 1 ? std::atof(argv[1]) : 20.0;
   const int bytes = argc > 2 ? std::atoi(argv[2]) : 16384;
   const int carveout = argc > 3 ? std::atoi(argv[3]) : -1;  // A's preferred shared-memory carveout, % (-1: the driver's)
