@@ -11,15 +11,15 @@
 # Output: stdout and $OUT/switches.md; each run's JSON in $OUT/switches/.
 # Time: ~10-15 s a run (one variant, one case) on an H100, so 2 variants x 3 cases take ~1.3 min
 # a round: a 10-minute call fits several rounds beside the build.
-# The default variants: the defaults of NOTES.md v42-v43 turned off (the rings' producer warps
-# waiting for the kernel before; every warp staging the rings' inputs, where the producers wait
-# too: v41's default; down launched only after its quantize waits), and down launched early
-# on every shape (its rule keeps the 7B's long rows late).
+# The default variants: the latest defaults of NOTES.md v42-v43 turned off (the rings' producer
+# warps waiting for the kernel before; down launched only after its quantize waits), and down
+# launched early on every shape (its rule keeps the 7B's long rows late): 4 runs a case a round,
+# so ~3 rounds fit a 10-minute call beside the build.
 set -u
 OUT=${OUT:-$PWD/switches-out}
 BUILD=${BUILD:-/tmp/engine-build}
 CASES=${CASES:-qwen2.5-coder-7b:q4_k_m qwen2.5-coder-1.5b:q4_k_m qwen2.5-coder-7b:q8_0}
-VARIANTS=${VARIANTS:-;RUNAHEAD_CUDA_RING_PRODUCER=0;RUNAHEAD_CUDA_RING_STAGE=0;RUNAHEAD_CUDA_QUANTIZE_EARLY=0;RUNAHEAD_CUDA_QUANTIZE_EARLY=1}
+VARIANTS=${VARIANTS:-;RUNAHEAD_CUDA_RING_PRODUCER=0;RUNAHEAD_CUDA_QUANTIZE_EARLY=0;RUNAHEAD_CUDA_QUANTIZE_EARLY=1}
 CTX=${CTX:-512}
 ROUNDS=${ROUNDS:-3}
 REPS=${REPS:-30}
