@@ -13,8 +13,8 @@
 # a round: a 10-minute call fits several rounds beside the build.
 # The default variants: the latest defaults of NOTES.md v42-v43 turned off (the rings' producer
 # warps waiting for the kernel before; down launched only after its quantize waits), and down
-# launched early on every shape (its rule keeps the 7B's long rows late): 4 runs a case a round,
-# so ~3 rounds fit a 10-minute call beside the build.
+# launched early on every shape (its rule keeps the 7B's long rows late): 12 runs a round, ~2.5-3
+# minutes at the default REPS, so a 10-minute call with the build holds ROUNDS=2 (or REPS=20 and 3).
 set -u
 OUT=${OUT:-$PWD/switches-out}
 BUILD=${BUILD:-/tmp/engine-build}
