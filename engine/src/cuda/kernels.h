@@ -171,11 +171,12 @@ struct RingTuning {
   int stages = 0;      // the long matrices' ring stages at most (0: its rule, 2)
   int warp_split = 0;  // where no ring runs: warps a unit of the per-warp kernel (0: gemv_split's rule)
   RingFlags flags;  // the rings' (consumers_stage: the long matrices' inputs copied by the consumers)
-  // Where this launch quantizes its inputs first (down), the quantize lets this matrix's kernel
-  // launch before its own wait, so that a ring's producers ask for their tiles while the kernel
-  // before the quantize (gate/up) still runs: 0 by its rule, where the ring's rows are not long
-  // (the 1.5B's down, not the 7B's: NOTES v43); 1 always, -1 never
-  // (RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0, to measure).
+  // Where this launch quantizes its inputs first (down; o_proj too where attention's merge does
+  // not, RUNAHEAD_CUDA_FUSED_Q8=0 or head dims not a multiple of 32: unmeasured there), the
+  // quantize lets this matrix's kernel launch before its own wait, so that a ring's producers ask
+  // for their tiles while the kernel before the quantize (gate/up) still runs: 0 by its rule,
+  // where the ring's rows are not long (the 1.5B's down, not the 7B's: NOTES v43); 1 always, -1
+  // never (RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0, to measure).
   int quantize_early = 0;
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
