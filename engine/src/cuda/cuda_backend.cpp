@@ -248,7 +248,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"down_launched_before_its_quantize_waits", !layers_.empty() && down_quantized_early()},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
-              {"down_inputs_quantized_by_gate_up", down_q8_ && any_layer_of(layer_dtype_, gate_up_ring)},
               {"kquant_gate_up_ring", any_layer_of(DType::Q4_K, gate_up_ring)},
               {"kquant_o_proj_down_ring", any_layer_of(DType::Q4_K, [&](int l) { return residual_rings(l); })},
               {"kquant_qkv_ring", any_layer_of(DType::Q4_K, qkv_ring)},
@@ -648,15 +647,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     }
     // o_proj's int8 inputs written by attention's merge instead of by a launch of their own;
     // RUNAHEAD_CUDA_FUSED_Q8=0 keeps the launch, to measure what this gains.
-    // RUNAHEAD_CUDA_GATE_UP_Q8=1 (with it): one token's down inputs written by gate/up's ring
-    // where it runs; slower (H100: 1.5B Q4_K_M +1.7 %, 7B +0.8 %, 7B Q8_0 +6.8 %: the counting
-    // adds ~3 us to gate/up's tiles, more than down's launch cost; NOTES v33), so not the default.
+    // (Down's written by gate/up's ring instead, each group's last tile quantizing it, measured
+    // slower in v33, v42 and v43: x1.03-1.10; removed.)
     attention_q8_ = reads_int8(layer_dtype_) && hd % 32 == 0 && !env_is("RUNAHEAD_CUDA_FUSED_Q8", "0");
-    down_q8_ = attention_q8_ && env_is("RUNAHEAD_CUDA_GATE_UP_Q8", "1");
-    if (down_q8_) {
-      gate_up_counters_ = DeviceBuffer(size_t(I / 32 + 1) * sizeof(int));
-      check_cuda(cudaMemset(gate_up_counters_.get(), 0, gate_up_counters_.bytes()), "cudaMemset");
-    }
     // One token's K-quant gate/up, and o_proj and down, through a ring of bulk copies where the
     // shape gains from it (kernels.h KqRing), and Q8_0's o_proj, down and q/k/v; each switch: =0
     // never, =force wherever it can run (to measure and test it).
@@ -945,18 +938,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   void enqueue_attention(int l, int n) {
     attention_decode(attention_args(l), q_.get<float>(), n, pos_d_.get<int>(), att_.get<float>(), stream_);
   }
-  // Down's int8 inputs written by gate/up's ring where it runs (RUNAHEAD_CUDA_GATE_UP_Q8=1).
-  DownInputs down_inputs() const {
-    if (!down_q8_) return {};
-    const Q8Scratch q8 = q8_inputs();
-    return DownInputs{q8.q, q8.d, q8.planar, gate_up_counters_.get<int>()};
-  }
   void enqueue_gate_up(int l, int n) {
     const DeviceLayer& d = layers_[l];
-    down_quantized_ = rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
-                                             c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n,
-                                             act_.get<float>(), q8_inputs(), sms_, stream_, gate_up_ring_,
-                                             n == 1 ? down_inputs() : DownInputs{}, ring_cursor(l, 1), ring_flags_);
+    rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
+                           c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n, act_.get<float>(),
+                           q8_inputs(), sms_, stream_, gate_up_ring_, ring_cursor(l, 1), ring_flags_);
   }
   // Layer l's pair of ints for the ring of its o_proj (0), gate/up (1) or down (2), or null
   // (RUNAHEAD_CUDA_RING_CURSOR=0: the blocks take their tiles in turn, to measure).
@@ -982,14 +968,12 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   void enqueue_matmul_residual(int l, Role role, const float* in, int n) {
     const Tensor& w = w_->layers[l][role];
     const bool from_attention = attention_q8_ && in == att_.get<float>();
-    const bool from_gate_up = down_quantized_ && in == act_.get<float>();
-    down_quantized_ = false;
     // Down reads its inputs pair-planar (7B Q4_K_M down 653 -> 635 us a step); o_proj a chunk a
     // lane, as attention's merge writes them: the same bits whether it or a launch quantizes.
     Q8Scratch q8 = q8_inputs();
     if (role != Role::WDown) q8.planar = nullptr;
     matvec_residual_add(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
-                        int(w.cols()), in, n, x_.get<float>(), q8, sms_, stream_, from_attention || from_gate_up,
+                        int(w.cols()), in, n, x_.get<float>(), q8, sms_, stream_, from_attention,
                         residual_ring_, residual_tuning_, ring_cursor(l, role == Role::Wo ? 0 : 2));
   }
 
@@ -1283,9 +1267,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
   RingFlags ring_flags_;  // allocate(): every ring's RingShape::flags (residual_tuning_ has the residual rings')
-  bool down_q8_ = false;  // allocate(): down's inputs quantized by gate/up's ring where it runs
-  bool down_quantized_ = false;  // the last gate/up enqueued wrote down's int8 inputs
-  DeviceBuffer gate_up_counters_;  // DownInputs::counters
   DeviceBuffer ring_cursors_;      // ring_cursor(): 3 pairs of ints a layer, or none
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring
   KqRing residual_ring_ = KqRing::Auto;  // allocate(): the same for o_proj and down

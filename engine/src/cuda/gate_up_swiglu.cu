@@ -1,6 +1,4 @@
 // The MLP input in one pass over Wgate and Wup: RMSNorm, both projections, SwiGLU.
-#include <type_traits>
-
 #include "cuda/common.cuh"
 #include "cuda/kquant_ring.cuh"
 #include "cuda/kernels.h"
@@ -47,49 +45,19 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
 // One token's gate/up on K-quant rows of one format, or Q8_0 rows, through a ring of bulk copies
 // (kquant_ring.cuh): a tile is 8 / split gate rows and the matching up rows (kSplit: split may
 // be more than 1); the inputs are staged as the kernel above stages them (stage_q8, which also
-// sums x^2 for the norm). kQuantize: act is also written quantized per 32 for down (`down`):
-// each tile adds one to its group of 32 outputs' counter, and the block whose tile completes a
-// group quantizes it (q8_lane, as quantize_inputs_q8 does: the same bits) and sets the counter
-// back to 0, so down needs no quantize launch of its own (one kernel boundary a layer less).
-// The consumer warps take the count in turn, a tile each, so one warp waits for the atomic.
-template <RingRows kRows, bool kSplit, bool kQuantize>
+// sums x^2 for the norm).
+template <RingRows kRows, bool kSplit>
 __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
-    gate_up_ring_kernel(RingShape shape, const float* norm, float eps, int H, const float* x, float* act,
-                        DownInputs down) {
+    gate_up_ring_kernel(RingShape shape, const float* norm, float eps, int H, const float* x, float* act) {
   RUNAHEAD_TRACE_BLOCK(gate_up_ring);
   extern __shared__ __align__(128) unsigned char smem[];
   float inv = 0.0f;
-  const int I = shape.run_rows, per_group = 32 / shape.tile_rows();
   const auto epilogue = [&](int j, const float (&sum)[2], const float (&)[kPreloads]) {
     const float g = sum[0] * inv, u = sum[1] * inv;
     act[j] = g / (1.0f + expf(-g)) * u;
   };
-  const auto quantize = [&](int first, int i) {
-    if (int(threadIdx.x) / kWarp != i % kRingWarps) return;  // this tile's warp
-    const int lane = threadIdx.x % kWarp, group = first / 32;
-    int done = 0;
-    if (lane == 0) {
-      __threadfence();  // the tile's act (every consumer's, ordered before it by the barrier)
-      done = atomicAdd(down.counters + group, 1) == per_group - 1;
-      if (done) __threadfence();  // acquire, in the thread that saw the count: the other tiles' act
-    }
-    if (!__shfl_sync(0xFFFFFFFFu, done, 0)) return;
-    __syncwarp();  // orders lane 0's acquire before the other lanes' loads (a shuffle does not)
-    const int k = group * 32 + lane;
-    float scale;
-    const int8_t v = q8_lane(__ldcg(act + k), scale);
-    down.q[k] = v;
-    if (down.planar) down.planar[planar_index(k, I)] = v;
-    if (lane == 0) {
-      down.d[group] = scale;
-      down.counters[group] = 0;  // for the next launch (every tile of the group has counted)
-    }
-  };
   const auto inputs = [&] { return ring_norm_inputs(shape, x, norm, H, eps, smem, inv); };
-  if constexpr (kQuantize)
-    ring_gemv<kRows, 2, kSplit>(shape, smem, inputs, epilogue, NoPreload{}, quantize);
-  else
-    ring_gemv<kRows, 2, kSplit>(shape, smem, inputs, epilogue);
+  ring_gemv<kRows, 2, kSplit>(shape, smem, inputs, epilogue);
 }
 
 // The ring's launch wherever it fits (stages 0 where it does not). It once ran only where each
@@ -100,13 +68,13 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
 // 2.626 / 2.621 -> 2.508 / 2.509, 1.5B 1.008 -> 0.963.
 struct GateUpRingLaunch {
   RingShape shape{};
-  void (*kernel)(RingShape, const float*, float, int, const float*, float*, DownInputs) = nullptr;
+  void (*kernel)(RingShape, const float*, float, int, const float*, float*) = nullptr;
   int blocks = 0;
 };
 // A Q8_0 row is 1.9x a Q4_K one: the fewest warps a row (1, 2 or 4) that fit two
 // stages (the 7B's 16 rows of 3808 bytes do not: 2).
 GateUpRingLaunch gate_up_ring_launch(const void* w, DType dtype, const void* q6, int H, int I, int n, KqRing use,
-                                     int sms, const Q8Scratch& q8 = {}, bool quantize = false) {
+                                     int sms, const Q8Scratch& q8 = {}) {
   GateUpRingLaunch l;
   if (use == KqRing::Off || (dtype != DType::Q4_K && dtype != DType::Q8_0)) return l;
   if (dtype == DType::Q8_0) {
@@ -117,14 +85,10 @@ GateUpRingLaunch gate_up_ring_launch(const void* w, DType dtype, const void* q6,
     with_planar_inputs(l.shape, H, q8);
   }
   if (l.shape.stages == 0) return l;
-  auto pick = [&](auto quantize_c) {
-    constexpr bool kQ = decltype(quantize_c)::value;
-    return ring_rows(l.shape) == RingRows::Q6   ? gate_up_ring_kernel<RingRows::Q6, false, kQ>
-           : ring_rows(l.shape) == RingRows::Q4 ? gate_up_ring_kernel<RingRows::Q4, false, kQ>
-           : l.shape.split > 1                  ? gate_up_ring_kernel<RingRows::Q8, true, kQ>
-                                                : gate_up_ring_kernel<RingRows::Q8, false, kQ>;
-  };
-  l.kernel = quantize ? pick(std::true_type{}) : pick(std::false_type{});
+  l.kernel = ring_rows(l.shape) == RingRows::Q6   ? gate_up_ring_kernel<RingRows::Q6, false>
+             : ring_rows(l.shape) == RingRows::Q4 ? gate_up_ring_kernel<RingRows::Q4, false>
+             : l.shape.split > 1                  ? gate_up_ring_kernel<RingRows::Q8, true>
+                                                  : gate_up_ring_kernel<RingRows::Q8, false>;
   int resident = 0;
   l.blocks = ring_blocks(l.kernel, l.shape, sms, resident);
   return l;
@@ -132,18 +96,15 @@ GateUpRingLaunch gate_up_ring_launch(const void* w, DType dtype, const void* q6,
 
 }  // namespace
 
-bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
+void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
-                            cudaStream_t stream, KqRing ring, const DownInputs& down, int* ring_cursor,
-                            const RingFlags& ring_flags) {
-  const bool quantize = down.q && I % 32 == 0;
-  if (GateUpRingLaunch l = gate_up_ring_launch(w_gate_up, dtype, scale, H, I, n, ring, sms, q8, quantize);
+                            cudaStream_t stream, KqRing ring, int* ring_cursor, const RingFlags& ring_flags) {
+  if (GateUpRingLaunch l = gate_up_ring_launch(w_gate_up, dtype, scale, H, I, n, ring, sms, q8);
       l.shape.stages > 0) {
     take_tiles(l.shape, l.blocks, ring_cursor);
     l.shape.flags = ring_flags;
-    launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, norm, eps, H, x, act,
-               down);
-    return quantize;
+    launch_pdl(l.kernel, dim3(l.blocks), dim3(kRingThreads), ring_smem(l.shape), stream, l.shape, norm, eps, H, x, act);
+    return;
   }
   with_matrix_type(dtype, [&](auto type) {
     using W = WeightOf<decltype(type)>;
@@ -155,7 +116,6 @@ bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
                RowMatrix<W>{static_cast<const W*>(w_gate_up), scale, H, kq_q6_from(w_gate_up, scale, 2 * I, 2 * I)}, norm, eps, I, x, n, act, split,
                Q8Inputs{q8.q, q8.d, H});
   });
-  return false;
 }
 
 bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms) {

@@ -197,21 +197,10 @@ bool residual_quantizes_early(const void* w, DType dtype, const void* scale, int
 // so by each): where the ring runs, its blocks take their later tiles as they free stages
 // (kquant_ring.cuh RingShape::cursor); a pair for this launch alone, since the next kernel's
 // blocks start before this one ends.
-// `down` (q set; I a multiple of 32): where one token goes through the ring, act is also
-// written quantized per 32 into down.q / down.d as quantize_inputs_q8 would (the same bits),
-// with its pair-planar copy where down.planar is set, so down's matvec_residual_add takes it as
-// `quantized`; `counters`: I / 32 ints, zero before the first launch (each launch leaves them
-// zero). Returns whether it wrote them.
-struct DownInputs {
-  int8_t* q = nullptr;
-  float* d = nullptr;
-  int8_t* planar = nullptr;
-  int* counters = nullptr;
-};
-bool rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
+void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scale, const float* norm, float eps,
                             int H, int I, const float* x, int n, float* act, const Q8Scratch& q8, int sms,
-                            cudaStream_t stream, KqRing ring = KqRing::Auto, const DownInputs& down = {},
-                            int* ring_cursor = nullptr, const RingFlags& ring_flags = {});
+                            cudaStream_t stream, KqRing ring = KqRing::Auto, int* ring_cursor = nullptr,
+                            const RingFlags& ring_flags = {});
 bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first

@@ -16,7 +16,6 @@
 // run's int8 weights and then its f16 scales, and summed by q8_0_dot_rows.
 #include <algorithm>
 #include <cstdlib>
-#include <type_traits>
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/common.cuh"
@@ -98,17 +97,9 @@ __device__ __forceinline__ void consumer_barrier() { sync_first_threads(kRingWar
 // Loaded in the epilogue instead, the 7B's down waited on those loads (ncu: long scoreboard 4.4
 // stalls an issue), and with several warps a row its next tile's barrier waited with it.
 // kSplit: whether s.split may be more than 1 (else it is 1, and each warp sums whole rows).
-// after_tile(first, i) runs in every consumer thread once the epilogues of this block's i-th
-// tile (run 0 from row `first`) have run, after a barrier of the consumer warps (so their writes
-// happened before it); none and no barrier without one.
-struct NoAfterTile {
-  __device__ void operator()(int, int) const {}
-};
-template <RingRows kRows, int P, bool kSplit = false, class Inputs, class Epilogue, class Preload = NoPreload,
-          class AfterTile = NoAfterTile>
+template <RingRows kRows, int P, bool kSplit = false, class Inputs, class Epilogue, class Preload = NoPreload>
 __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* smem, Inputs inputs, Epilogue epilogue,
-                                          Preload preload = {}, AfterTile after_tile = {}) {
-  constexpr bool kAfterTile = !std::is_same_v<AfterTile, NoAfterTile>;
+                                          Preload preload = {}) {
   static_assert(P <= kPreloads, "a residual's preload leaves a float a run");
   // known: the stage's tile index is in `tile_in` (with a cursor; -1: no more tiles).
   __shared__ uint64_t full[kRingMaxStages], empty[kRingMaxStages], known[kRingMaxStages];
@@ -273,10 +264,6 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
           for (int p = 0; p < P; ++p) sum[p] += parts[i & 1][warp + q][p];
         epilogue(t.first + unit, sum, pre);
       }
-    }
-    if constexpr (kAfterTile) {
-      consumer_barrier();
-      after_tile(t.first, i);
     }
   }
   trace_mark(2);
