@@ -240,7 +240,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"fused_rmsnorm_gate_up_swiglu", true},
               {"split_k_decode_attention", attention_.splits},
               {"lm_head_rows_taken_as_blocks_finish", head_cursor_},
-              {"lm_head_rows_a_warp", head_rows_},
               {"ring_tiles_taken_as_stages_free", ring_cursors_.bytes() > 0},
               {"ring_tiles_in_flight", ring_flags_.in_flight},
               {"ring_inputs_staged_by_consumers", ring_flags_.consumers_stage},
@@ -600,9 +599,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     check_cuda(cudaMemset(head_counter_.get(), 0, head_counter_.bytes()), "cudaMemset");
     // RUNAHEAD_CUDA_LM_HEAD_CURSOR=0: lm_head's blocks take its rows in turn (LmHead::cursor), to measure.
     head_cursor_ = !env_is("RUNAHEAD_CUDA_LM_HEAD_CURSOR", "0");
-    // RUNAHEAD_CUDA_LM_HEAD_ROWS=4: one token's lm_head takes 4 vocabulary rows a warp at a time
-    // instead of 2 (more bytes in flight a warp; to measure).
-    head_rows_ = env_is("RUNAHEAD_CUDA_LM_HEAD_ROWS", "4") ? 4 : 2;
     attention_.heads = c_.num_heads;
     attention_.kv_heads = c_.num_kv_heads;
     attention_.head_dim = hd;
@@ -1016,7 +1012,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.counter = head_counter_.get<int>();
     a.cursor = head_cursor_ ? head_counter_.get<int>() + 1 : nullptr;
     a.q8 = q8_inputs();
-    a.rows_per_unit = head_rows_;
     rmsnorm_lm_head_argmax(a, x_.get<float>() + size_t(first) * c_.hidden_size, rows, logits_d_.get<float>(), end,
                            sms_, stream_);
   }
@@ -1271,7 +1266,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
-  int head_rows_ = 2;  // allocate(): LmHead::rows_per_unit
   RingFlags ring_flags_;  // allocate(): every ring's RingShape::flags (residual_tuning_ has the residual rings')
   DeviceBuffer ring_cursors_;      // ring_cursor(): 3 pairs of ints a layer, or none
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring

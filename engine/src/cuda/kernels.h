@@ -219,7 +219,6 @@ struct LmHead {
   // vocabulary's rows as they finish the ones before (block_gemv's cursor) instead of in turn.
   int* cursor = nullptr;
   Q8Scratch q8;
-  int rows_per_unit = 2;  // a warp's rows at a time for one token: 2, or 4 (RUNAHEAD_CUDA_LM_HEAD_ROWS=4)
 };
 int lm_head_blocks(int vocab, int sms);
 void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logits, const StepEnd& end,

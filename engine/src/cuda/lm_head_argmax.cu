@@ -13,10 +13,10 @@ __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i)
   return v > best_v || (v == best_v && i < best_i);
 }
 
-// R consecutive vocabulary rows per unit (2, or 4 with RUNAHEAD_CUDA_LM_HEAD_ROWS=4 for one
-// token). Each block leaves its best (value, index) per token in `partial`; the last block to
-// finish reduces them, every thread a share of the blocks, and ends the step.
-template <class W, int NT, int R = 2>
+// One pair of vocabulary rows per unit. Each block leaves its best (value, index) per
+// token in `partial`; the last block to finish reduces them, every thread a share of the
+// blocks, and ends the step.
+template <class W, int NT>
 __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm_lm_head_argmax_kernel(LmHead a, const float* x, int n,
                                                                              float* logits, StepEnd end,
                                                                              int split) {
@@ -24,42 +24,35 @@ __global__ void __launch_bounds__(kGemvThreads, (kGemvMinBlocks<W, NT>)) rmsnorm
   extern __shared__ float staged[];
   __shared__ float scratch[NT * kGemvWarps];
   __shared__ float inv[NT];
-  __shared__ float red[kGemvWarps * R * NT];
+  __shared__ float red[kGemvWarps * 2 * NT];
   __shared__ float best_v[kGemvWarps][NT];
   __shared__ int best_i[kGemvWarps][NT];
   __shared__ int32_t tokens[NT];
   __shared__ bool last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int H = a.hidden, units = a.vocab / R;
+  const int H = a.hidden, units = a.vocab / 2;
   const RowMatrix<W> w{static_cast<const W*>(a.w), a.scale, H, kq_q6_from(a.w, a.scale, a.vocab, a.vocab)};
-  auto rows_of = [&](int u, int (&rows)[R]) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) rows[r] = R * u + r;
+  auto rows_of = [&](int u, int (&rows)[2]) {
+    rows[0] = 2 * u;
+    rows[1] = 2 * u + 1;
   };
-  prefetch_units<W, R>(w, units, split, rows_of);
+  prefetch_units<W, 2>(w, units, split, rows_of);
   pdl_wait();
   pdl_trigger();
   constexpr bool kStaged = kStagesNormed<W, NT>;
   const NormInputs in = norm_inputs<W, NT>(x, n, a.eps, a.norm, H, staged, scratch, inv, Q8Inputs{a.q8.q, a.q8.d, H});
   float my_v = -INFINITY;  // lane t keeps token t's best
   int my_i = 0x7fffffff;
-  block_gemv<W, R, NT>(w, units, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
-                       [&](int u, float (&acc)[R][NT], const float (&)[kPreloads]) {
+  block_gemv<W, 2, NT>(w, units, split, kStaged ? staged : x, H, n, NT == 1 ? nullptr : a.norm, red, rows_of,
+                       [&](int u, float (&acc)[2][NT], const float (&)[kPreloads]) {
 #pragma unroll
                          for (int t = 0; t < NT; ++t) {
                            if (t < n && lane == t) {
                              const float scale = kStaged ? 1.0f : t == 0 ? in.inv0 : inv[t];
-                             float v[R];
-#pragma unroll
-                             for (int r = 0; r < R; ++r) {
-                               v[r] = acc[r][t] * scale;
-                               if (better(v[r], R * u + r, my_v, my_i)) my_v = v[r], my_i = R * u + r;
-                             }
-                             float* out = logits + size_t(t) * a.vocab + R * u;
-                             if constexpr (R == 4)
-                               *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
-                             else
-                               *reinterpret_cast<float2*>(out) = make_float2(v[0], v[1]);
+                             const float v0 = acc[0][t] * scale, v1 = acc[1][t] * scale;
+                             *reinterpret_cast<float2*>(logits + size_t(t) * a.vocab + 2 * u) = make_float2(v0, v1);
+                             if (better(v0, 2 * u, my_v, my_i)) my_v = v0, my_i = 2 * u;
+                             if (better(v1, 2 * u + 1, my_v, my_i)) my_v = v1, my_i = 2 * u + 1;
                            }
                          }
                        },
@@ -137,9 +130,7 @@ void rmsnorm_lm_head_argmax(const LmHead& a, const float* x, int n, float* logit
     using W = WeightOf<decltype(type)>;
     const size_t smem = prepare_norm_inputs<W>(x, a.norm, n, a.hidden, a.q8, stream);
     auto kernel = for_vec_tokens(n, [](auto nt) { return rmsnorm_lm_head_argmax_kernel<W, decltype(nt)::value>; });
-    const bool four = a.rows_per_unit == 4 && n == 1 && a.vocab % 4 == 0;
-    if (four) kernel = rmsnorm_lm_head_argmax_kernel<W, 1, 4>;
-    const int units = a.vocab / (four ? 4 : 2), split = gemv_split(units, a.hidden, sms, blocks_per_sm(kernel, kGemvThreads, smem));
+    const int units = a.vocab / 2, split = gemv_split(units, a.hidden, sms, blocks_per_sm(kernel, kGemvThreads, smem));
     const int blocks = resident_blocks(kernel, kGemvThreads, smem, units, kGemvWarps / split, sms);
     launch_pdl(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, a, x, n, logits, end, split);
   });
