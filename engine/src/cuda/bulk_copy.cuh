@@ -35,6 +35,16 @@ __device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* bar, unsigned by
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   RUNAHEAD_SM90(asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory"));
 }
+// Whether the phase of that parity has completed, without waiting (the trace's mark 10).
+__device__ __forceinline__ bool mbarrier_ready(uint64_t* bar, unsigned parity) {
+  unsigned done = 1;
+  RUNAHEAD_SM90(asm volatile(
+      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(done)
+      : "r"(smem_address(bar)), "r"(parity)
+      : "memory"));
+  return done != 0;
+}
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
   unsigned done = 0;
   do {

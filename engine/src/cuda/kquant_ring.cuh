@@ -219,6 +219,10 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     for (int j = 0; j < kPreloads; ++j) pre[j] = 0.0f;
     if (lane == 0 && part == 0) preload(t.first + unit, pre);
     if (i == 0) trace_mark(6);  // about to wait for its first tile
+#ifdef RUNAHEAD_CUDA_TRACE
+    // mark 10 (1-based) only where that tile was not all in when thread 0 came to wait for it
+    if (i == 0 && threadIdx.x == 0 && !mbarrier_ready(&full[stage], (i / s.stages) & 1)) trace_mark(9);
+#endif
     if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], (i / s.stages) & 1);
     if (i == 0) trace_mark(0);
     trace_mark(1);  // this tile's bytes are in: the last one stays
@@ -248,6 +252,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
 #pragma unroll
     for (int p = 0; p < P; ++p) sum[p] = kRows == RingRows::Q8 ? acc[p][0] : warp_sum(acc[p][0]);
     __syncwarp();
+    if (i == 0) trace_mark(8);  // thread 0's warp has summed its first tile
     if (lane == 0 && RUNAHEAD_RING_DIAG != 2) mbarrier_arrive(&empty[stage]);
     if (split == 1) {
       if (lane == 0) epilogue(t.first + warp, sum, pre);

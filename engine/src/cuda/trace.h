@@ -21,7 +21,7 @@ enum class TraceTag : uint32_t { RUNAHEAD_TRACE_TAGS(RUNAHEAD_TRACE_TAG_ENUM) };
 #undef RUNAHEAD_TRACE_TAG_ENUM
 const char* trace_tag_name(TraceTag tag);
 
-constexpr int kTraceMarks = 8;
+constexpr int kTraceMarks = 10;
 
 struct TraceRecord {
   uint32_t tag;    // a TraceTag
