@@ -67,6 +67,34 @@ __global__ void __launch_bounds__(32) code_kernel(unsigned y, uint64_t* times, u
   sink[blockIdx.x * 32 + threadIdx.x] = x;
 }
 
+// As code_kernel, with branches: each region is a loop of kLoopOps multiply-adds that runs `y`
+// (1) times, then kSkipOps more behind a test that never passes (x equal to a value it cannot
+// reach at run time, unknown to the compiler), so a warp jumps backwards once and then, unless
+// the compiler moves the skipped code out of line, forwards past ~7 KB of code it never runs:
+// where fetching follows the code in order, the next region's start is cold. `warps` warps a
+// block run it together (they share a multiprocessor's instruction caches).
+constexpr int kLoopOps = 64, kSkipOps = 448;
+template <unsigned kSeed>
+__global__ void __launch_bounds__(256) branch_kernel(unsigned y, uint64_t* times, unsigned* sink) {
+  uint64_t m[kRegions + 1];
+  unsigned x = threadIdx.x;
+  m[0] = now();
+  [&]<int... R>(std::integer_sequence<int, R...>) {
+    ((
+         [&] {
+           for (unsigned i = 0; i < y; ++i)
+             x = region<kSeed * 7919u + 100u + unsigned(R)>(x, y, std::make_integer_sequence<unsigned, kLoopOps>{});
+           if (x == y * 0x9e3779b9u + 0x7f4a7c15u + unsigned(R))
+             x = region<kSeed * 7919u + 200u + unsigned(R)>(x, y, std::make_integer_sequence<unsigned, kSkipOps>{});
+         }(),
+         m[R + 1] = now()),
+     ...);
+  }(std::make_integer_sequence<int, kRegions>{});
+  if (threadIdx.x == 0)
+    for (int r = 0; r <= kRegions; ++r) times[size_t(blockIdx.x) * (kRegions + 1) + r] = m[r];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
+}
+
 // times: a block's {timer: t1 - t0 of two reads back to back, done wait: the try_wait loop on a
 // completed phase}.
 __global__ void __launch_bounds__(32) primitives_kernel(uint64_t* times) {
@@ -114,6 +142,13 @@ void run_code(int blocks, uint64_t* times, unsigned* sink, std::vector<uint64_t>
   check(cudaDeviceSynchronize(), "code_kernel");
   check(cudaMemcpy(host.data(), times, host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost), "copy");
 }
+template <unsigned kSeed>
+void run_branches(int blocks, int warps, uint64_t* times, unsigned* sink, std::vector<uint64_t>& host) {
+  branch_kernel<kSeed><<<blocks, 32 * warps>>>(1u, times, sink);
+  check(cudaGetLastError(), "launch");
+  check(cudaDeviceSynchronize(), "code_kernel");
+  check(cudaMemcpy(host.data(), times, host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost), "copy");
+}
 
 void print_regions(const char* what, int blocks, const std::vector<uint64_t>& h) {
   std::printf("| %s |", what);
@@ -138,7 +173,7 @@ int main() {
   uint64_t* times = nullptr;
   unsigned* sink = nullptr;
   check(cudaMalloc(&times, size_t(sms) * (kRegions + 1) * sizeof(uint64_t)), "cudaMalloc");
-  check(cudaMalloc(&sink, size_t(sms) * 32 * sizeof(unsigned)), "cudaMalloc");
+  check(cudaMalloc(&sink, size_t(sms) * 256 * sizeof(unsigned)), "cudaMalloc");
 
   std::vector<uint64_t> h(size_t(sms) * 2);
   primitives_kernel<<<sms, 32>>>(times);
@@ -181,5 +216,41 @@ int main() {
   check(cudaDeviceSynchronize(), "stream_kernel");
   run_code<1>(sms, times, sink, h);
   print_regions("after other code and 256 MB streamed", sms, h);
+
+  // Branches: branch_kernel<10 + w> for w warps a block, cold, warm, after other code, after
+  // other code and a stream.
+  std::printf("\nbranches: %d regions, each a loop of %d multiply-adds run once, then %d skipped (~%d KB of "
+              "instructions a region), us a region (medians)\n\n",
+              kRegions, kLoopOps, kSkipOps, (kLoopOps + kSkipOps) * 16 / 1024);
+  std::printf("| warps a block | launch |");
+  for (int r = 0; r < kRegions; ++r) std::printf(" region %d |", r + 1);
+  std::printf(" all |\n|---|---|");
+  for (int r = 0; r <= kRegions; ++r) std::printf("---|");
+  std::printf("\n");
+  [&]<int... W>(std::integer_sequence<int, W...>) {
+    (
+        [&] {
+          constexpr int warps = W == 0 ? 1 : 8;
+          const auto show = [&](const char* what) {
+            std::printf("| %d ", warps);
+            print_regions(what, sms, h);
+          };
+          run_branches<10 + W>(sms, warps, times, sink, h);
+          show("first (code in no cache)");
+          run_branches<10 + W>(sms, warps, times, sink, h);
+          show("second, right after");
+          [&]<int... E>(std::integer_sequence<int, E...>) { (run_code<2 + E>(sms, times, sink, h), ...); }(
+              std::make_integer_sequence<int, kEvictors>{});
+          run_branches<10 + W>(sms, warps, times, sink, h);
+          show("after other kernels' code");
+          [&]<int... E>(std::integer_sequence<int, E...>) { (run_code<2 + E>(sms, times, sink, h), ...); }(
+              std::make_integer_sequence<int, kEvictors>{});
+          stream_kernel<<<sms * 4, 256>>>(big, kStreamBytes / sizeof(uint4), sink);
+          check(cudaDeviceSynchronize(), "stream_kernel");
+          run_branches<10 + W>(sms, warps, times, sink, h);
+          show("after other code and 256 MB streamed");
+        }(),
+        ...);
+  }(std::make_integer_sequence<int, 2>{});
   return 0;
 }
