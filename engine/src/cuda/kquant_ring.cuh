@@ -87,7 +87,7 @@ __device__ __forceinline__ void consumer_barrier() { sync_first_threads(kRingWar
 // stage_q8's 5: thread 0 has staged its part of them); 6 the producer has seen the block's first
 // tile in, where it waits for it before asking for another (fewer tiles in flight than stages);
 // 7 thread 0 is about to wait for its first tile; 8 the last consumer warp's lane 0 is past pdl_wait.
-// Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
+// Every thread of the block calls it. `inputs(dry)` (dry: RingFlags::warm's pass, ring_dry_*) runs in every thread after pdl_wait (it may
 // synchronise the block; with s.flags.consumers_stage it runs in the consumer warps alone, which it
 // may synchronise at named barrier 1) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
 // of the consumer warp that summed unit w of a tile (its first warp where split > 1): `row` is
@@ -182,7 +182,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   // cursor pair alone, so it may skip the wait (flags.producer_unwaited): the kernel before this one
   // launched only once its blocks had waited, so every kernel before that one (this launch's
   // run a step ago, which left the pair zero, among them) has ended.
-  const bool warm = s.flags.warm && s.flags.consumers_stage && RUNAHEAD_RING_DIAG == 0;
+  // (the dry pass reads its inputs from the ring's stages: K floats, or K int8 and K / 32 scales)
+  const bool warm = s.flags.warm && s.flags.consumers_stage && RUNAHEAD_RING_DIAG == 0 &&
+                    size_t(s.stages) * s.stage_bytes >= 4 * size_t(s.K);
   if (!(s.flags.consumers_stage && s.flags.producer_unwaited && warp == kRingWarps) && !(warm && warp < kRingWarps)) {
     pdl_wait();
     trace_mark_thread(7, (kRingWarps - 1) * kWarp);  // the last consumer warp is past its wait
@@ -208,7 +210,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     trace_mark_thread(7, (kRingWarps - 1) * kWarp);  // the last consumer warp is past its wait
     pdl_trigger();
   }
-  const Q8Inputs in = inputs();
+  const Q8Inputs in = inputs(dry);
   trace_mark(3);
   if (warp == kRingWarps) return produce();
   // This warp's unit of a tile and its part of K (chunks [c_begin, c_end)).
@@ -286,6 +288,18 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   }
   }
   trace_mark(2);
+}
+
+// What a dry pass (RingFlags::warm) reads in place of the kernel before's outputs, so that it
+// waits on no load: the ring's stages (shared memory, through generic pointers as the real pass
+// reads global memory), as floats or as int8 inputs and their scales.
+__device__ __forceinline__ const float* ring_dry_floats(const RingShape& s, unsigned char* smem) {
+  return reinterpret_cast<const float*>(smem + s.staged_bytes);
+}
+__device__ __forceinline__ Q8Inputs ring_dry_inputs(const RingShape& s, unsigned char* smem, const Q8Inputs& real) {
+  const unsigned char* p = smem + s.staged_bytes;
+  return Q8Inputs{reinterpret_cast<const int8_t*>(p), reinterpret_cast<const float*>(p), real.K,
+                  real.planar ? reinterpret_cast<const int8_t*>(p) : nullptr};
 }
 
 // The inputs of a norm-fused ring (gate/up, q/k/v): x * norm quantized into the block's
