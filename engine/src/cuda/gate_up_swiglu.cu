@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
     act[j] = g / (1.0f + expf(-g)) * u;
   };
   const auto inputs = [&](bool dry) {
-    return ring_norm_inputs(shape, dry ? ring_dry_floats(shape, smem) : x, norm, H, eps, smem, inv);
+    return ring_norm_inputs(shape, x, norm, H, eps, smem, inv, dry);
   };
   ring_gemv<kRows, 2, kSplit>(shape, smem, inputs, epilogue);
 }

@@ -199,13 +199,13 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     }
   };
   if (s.flags.consumers_stage && warp == kRingWarps) return produce();
-  // warm: pass 0 runs the consumers' path dry before pdl_wait (the same instructions: a loop
+  // warm: pass 0 (consumer warp 0 alone) runs the consumers' path dry before pdl_wait (the same instructions: a loop
   // the compiler keeps whole), on stale inputs and whatever the first stage holds, with no
   // barrier of the ring waited for or arrived at and no epilogue; pass 1 is the real one.
 #pragma unroll 1
-  for (int pass = warm ? 0 : 1; pass < 2; ++pass) {
+  for (int pass = warm && warp == 0 ? 0 : 1; pass < 2; ++pass) {
   const bool dry = pass == 0;
-  if (warm && !dry) {
+  if (warm && pass == 1) {
     pdl_wait();
     trace_mark_thread(7, (kRingWarps - 1) * kWarp);  // the last consumer warp is past its wait
     pdl_trigger();
@@ -277,7 +277,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
       if (lane == 0)
 #pragma unroll
         for (int p = 0; p < P; ++p) parts[i & 1][warp][p] = sum[p];
-      consumer_barrier();
+      if (!dry) consumer_barrier();
       if (part == 0 && lane == 0 && !dry) {
         for (int q = 1; q < split; ++q)
 #pragma unroll
@@ -307,11 +307,12 @@ __device__ __forceinline__ Q8Inputs ring_dry_inputs(const RingShape& s, unsigned
 // and 1 / rms(x) in `inv`. Every thread calls it (in `inputs`), or every consumer warp's where
 // s.flags.consumers_stage.
 __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const float* x, const float* norm, int H,
-                                                     float eps, unsigned char* smem, float& inv) {
+                                                     float eps, unsigned char* smem, float& inv, bool dry = false) {
   __shared__ float squares[kRingWarps + 1];
   int8_t* planar = s.planar_at ? reinterpret_cast<int8_t*>(smem + s.planar_at) : nullptr;
-  // ends with a barrier (of the consumer warps where they alone stage)
-  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar, s.flags.consumers_stage);
+  // ends with a barrier (of the consumer warps where they alone stage; none in a dry pass)
+  const Q8Inputs in = stage_q8(dry ? ring_dry_floats(s, smem) : x, norm, H, reinterpret_cast<float*>(smem), squares,
+                               planar, s.flags.consumers_stage, !dry);
   float total = 0.0f;
   for (int w = 0; w < kRingWarps + (s.flags.consumers_stage ? 0 : 1); ++w) total += squares[w];
   inv = rsqrtf(total / float(H) + eps);
@@ -324,7 +325,7 @@ __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const f
 // calls it (in `inputs`); it ends with a barrier. `consumers`: the consumer warps alone call it
 // and meet at named barrier 1 (RingFlags::consumers_stage).
 __device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool planar, unsigned char* smem,
-                                                       bool consumers = false) {
+                                                       bool consumers = false, bool barrier = true) {
   const int K = q8.K, scales = K / 32, threads = consumers ? kRingWarps * kWarp : int(blockDim.x);
   float* d = reinterpret_cast<float*>(smem);
   int8_t* q = reinterpret_cast<int8_t*>(smem + size_t(scales) * sizeof(float));
@@ -333,7 +334,9 @@ __device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool 
 #pragma unroll 4
   for (int i = threadIdx.x; i < K / 16; i += threads) reinterpret_cast<uint4*>(q)[i] = from_q[i];
   for (int i = threadIdx.x; i < scales / 4; i += threads) reinterpret_cast<uint4*>(d)[i] = from_d[i];
-  if (consumers)
+  if (!barrier)
+    ;  // (a warp's dry pass)
+  else if (consumers)
     consumer_barrier();
   else
     __syncthreads();

@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
   const auto inputs = [&](bool dry) {
     const Q8Inputs from = dry ? ring_dry_inputs(shape, smem, q8) : q8;
     return kLong ? ring_copied_inputs(from, (kRows == RingRows::Q4 || kRows == RingRows::Both) && from.planar, smem,
-                                      shape.flags.consumers_stage)
+                                      shape.flags.consumers_stage, !dry)
                  : from;
   };
   ring_gemv<kRows, P, kSplit>(

@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
   ring_gemv<kRows, 2>(
       shape, smem,
       [&](bool dry) {
-        return ring_norm_inputs(shape, dry ? ring_dry_floats(shape, smem) : x, a.norm, a.hidden, a.eps, smem, inv);
+        return ring_norm_inputs(shape, x, a.norm, a.hidden, a.eps, smem, inv, dry);
       },
       // Its bias, cos and sin load here: preloaded before the tile's stage (as the per-warp kernel
       // does) the 7B's q/k/v did not gain (H200, Q4_K_M, v29: 1.941 -> 1.944 ms/token).
