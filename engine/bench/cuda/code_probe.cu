@@ -14,8 +14,13 @@
 //     256 MB more have streamed through L2 too (its code from DRAM, as weights streaming past
 //     might leave it in the engine); the difference
 //     between the first region and the others, and between the launches, is what fetching
-//     instructions costs a warp that reaches code it has not run.
-// Build and run (a GPU machine, repository root):
+//     instructions costs a warp that reaches code it has not run;
+//   branches: the same four launches of 8 regions that each end in a loop run once and a
+//     skipped block of ~7 KB (branch_kernel), with 1 and with 8 warps a block: what a warp pays
+//     for cold code it reaches by a jump rather than in order (NOTES v45: ~0.1 us a region
+//     near the start, 0.3-0.9 us further on, against ~0.17 warm).
+// Build and run (a GPU machine, repository root; cicc takes ~11 minutes over it, so build it
+// on the host and carry the binary):
 //   nvcc -O2 -std=c++20 -arch=sm_90a -o /tmp/code_probe engine/bench/cuda/code_probe.cu && /tmp/code_probe
 #include <cuda_runtime.h>
 

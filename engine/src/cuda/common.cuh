@@ -632,8 +632,7 @@ __device__ __forceinline__ void sync_first_threads(int threads) {
 // `all_but_last`: the block's last warp takes no part (it neither stages nor waits: its
 // threads must not call it), the others meet at named barrier 1 instead of the block's.
 __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int K, float* staged, float* squares,
-                                             int8_t* planar = nullptr, bool all_but_last = false,
-                                             bool barrier = true) {
+                                             int8_t* planar = nullptr, bool all_but_last = false) {
   int8_t* q = reinterpret_cast<int8_t*>(staged + stage_q8_scales(K));
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp - (all_but_last ? 1 : 0);
   float sq = 0.0f;
@@ -670,9 +669,7 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
   trace_mark(4);  // thread 0 has stored its part (so its loads of x and g are back)
   sq = warp_sum(sq);
   if (lane == 0) squares[warp] = sq;
-  if (!barrier)
-    ;  // (a warp's dry pass: kquant_ring.cuh RingFlags::warm)
-  else if (all_but_last)
+  if (all_but_last)
     sync_first_threads(warps * kWarp);
   else
     __syncthreads();

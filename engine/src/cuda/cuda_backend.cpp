@@ -684,7 +684,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // measure (kernels.h RingFlags); =consumers keeps the norm-fused rings' alone.
     ring_flags_.consumers_stage = !env_is("RUNAHEAD_CUDA_RING_STAGE", "0");
     ring_flags_.producer_unwaited = !env_is("RUNAHEAD_CUDA_RING_PRODUCER", "0");
-    ring_flags_.warm = env_is("RUNAHEAD_CUDA_RING_WARM", "1");
     residual_tuning_.flags = ring_flags_;
     residual_tuning_.flags.consumers_stage = ring_flags_.consumers_stage && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
     // RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0: down launched before its quantize waits always /

@@ -56,9 +56,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
     const float g = sum[0] * inv, u = sum[1] * inv;
     act[j] = g / (1.0f + expf(-g)) * u;
   };
-  const auto inputs = [&](bool dry) {
-    return ring_norm_inputs(shape, x, norm, H, eps, smem, inv, dry);
-  };
+  const auto inputs = [&] { return ring_norm_inputs(shape, x, norm, H, eps, smem, inv); };
   ring_gemv<kRows, 2, kSplit>(shape, smem, inputs, epilogue);
 }
 

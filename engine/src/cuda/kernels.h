@@ -92,11 +92,6 @@ struct RingFlags {
   // With consumers_stage: the producer warp, which then reads weights alone, does not wait for
   // the kernel before (NOTES v42; RUNAHEAD_CUDA_RING_PRODUCER=0: it waits, to measure).
   bool producer_unwaited = true;
-  // With consumers_stage: the consumer warps run their path once before pdl_wait on whatever
-  // the inputs and the first stage hold then (no barrier of the ring, no epilogue), so that
-  // its code is in the multiprocessor's instruction caches when the real pass comes
-  // (RUNAHEAD_CUDA_RING_WARM=1, to measure whether cold code is what the rings wait on).
-  bool warm = false;
 };
 // Whether this device runs the rings (bulk copies: compute capability 9.0 or more).
 bool rings_run_here();

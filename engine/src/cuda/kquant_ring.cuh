@@ -87,7 +87,7 @@ __device__ __forceinline__ void consumer_barrier() { sync_first_threads(kRingWar
 // stage_q8's 5: thread 0 has staged its part of them); 6 the producer has seen the block's first
 // tile in, where it waits for it before asking for another (fewer tiles in flight than stages);
 // 7 thread 0 is about to wait for its first tile; 8 the last consumer warp's lane 0 is past pdl_wait.
-// Every thread of the block calls it. `inputs(dry)` (dry: RingFlags::warm's pass, ring_dry_*) runs in every thread after pdl_wait (it may
+// Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
 // synchronise the block; with s.flags.consumers_stage it runs in the consumer warps alone, which it
 // may synchronise at named barrier 1) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
 // of the consumer warp that summed unit w of a tile (its first warp where split > 1): `row` is
@@ -182,10 +182,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   // cursor pair alone, so it may skip the wait (flags.producer_unwaited): the kernel before this one
   // launched only once its blocks had waited, so every kernel before that one (this launch's
   // run a step ago, which left the pair zero, among them) has ended.
-  // (the dry pass reads its inputs from the ring's stages: K floats, or K int8 and K / 32 scales)
-  const bool warm = s.flags.warm && s.flags.consumers_stage && RUNAHEAD_RING_DIAG == 0 &&
-                    size_t(s.stages) * s.stage_bytes >= 4 * size_t(s.K);
-  if (!(s.flags.consumers_stage && s.flags.producer_unwaited && warp == kRingWarps) && !(warm && warp < kRingWarps)) {
+  if (!(s.flags.consumers_stage && s.flags.producer_unwaited && warp == kRingWarps)) {
     pdl_wait();
     trace_mark_thread(7, (kRingWarps - 1) * kWarp);  // the last consumer warp is past its wait
     pdl_trigger();
@@ -199,18 +196,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     }
   };
   if (s.flags.consumers_stage && warp == kRingWarps) return produce();
-  // warm: pass 0 (consumer warp 0 alone) runs the consumers' path dry before pdl_wait (the same instructions: a loop
-  // the compiler keeps whole), on stale inputs and whatever the first stage holds, with no
-  // barrier of the ring waited for or arrived at and no epilogue; pass 1 is the real one.
-#pragma unroll 1
-  for (int pass = warm && warp == 0 ? 0 : 1; pass < 2; ++pass) {
-  const bool dry = pass == 0;
-  if (warm && pass == 1) {
-    pdl_wait();
-    trace_mark_thread(7, (kRingWarps - 1) * kWarp);  // the last consumer warp is past its wait
-    pdl_trigger();
-  }
-  const Q8Inputs in = inputs(dry);
+  const Q8Inputs in = inputs();
   trace_mark(3);
   if (warp == kRingWarps) return produce();
   // This warp's unit of a tile and its part of K (chunks [c_begin, c_end)).
@@ -220,10 +206,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   const int c_begin = min(chunks, part * per_part), c_end = min(chunks, c_begin + per_part);
   __shared__ float parts[2][kRingWarps][P];  // split > 1: the warps' sums, by tile parity
   for (int i = 0; taking || i < mine; ++i) {
-    if (dry && (i > 0 || mine == 0)) break;
     const int stage = i % s.stages;
     int index = int(blockIdx.x) + i * int(gridDim.x);
-    if (taking && !dry) {
+    if (taking) {
       mbarrier_wait(&known[stage], (i / s.stages) & 1);
       index = tile_in[stage];
       if (index < 0) break;
@@ -236,9 +221,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     if (i == 0) trace_mark(6);  // about to wait for its first tile
 #ifdef RUNAHEAD_CUDA_TRACE
     // mark 10 (1-based) only where that tile was not all in when thread 0 came to wait for it
-    if (i == 0 && !dry && threadIdx.x == 0 && !mbarrier_ready(&full[stage], (i / s.stages) & 1)) trace_mark(9);
+    if (i == 0 && threadIdx.x == 0 && !mbarrier_ready(&full[stage], (i / s.stages) & 1)) trace_mark(9);
 #endif
-    if ((RUNAHEAD_RING_DIAG != 2 || i < s.stages) && !dry) mbarrier_wait(&full[stage], (i / s.stages) & 1);
+    if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], (i / s.stages) & 1);
     if (i == 0) trace_mark(0);
     trace_mark(1);  // this tile's bytes are in: the last one stays
     const unsigned char* tile = ring + size_t(stage) * s.stage_bytes;
@@ -268,17 +253,17 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     for (int p = 0; p < P; ++p) sum[p] = kRows == RingRows::Q8 ? acc[p][0] : warp_sum(acc[p][0]);
     __syncwarp();
     if (i == 0) trace_mark(8);  // thread 0's warp has summed its first tile
-    if (lane == 0 && RUNAHEAD_RING_DIAG != 2 && !dry) mbarrier_arrive(&empty[stage]);
+    if (lane == 0 && RUNAHEAD_RING_DIAG != 2) mbarrier_arrive(&empty[stage]);
     if (split == 1) {
-      if (lane == 0 && !dry) epilogue(t.first + warp, sum, pre);
+      if (lane == 0) epilogue(t.first + warp, sum, pre);
     } else {
       // The parts of this tile's units meet in `parts`; a slot is written again two tiles on,
       // after every consumer has passed the next tile's barrier (so after its reader read it).
       if (lane == 0)
 #pragma unroll
         for (int p = 0; p < P; ++p) parts[i & 1][warp][p] = sum[p];
-      if (!dry) consumer_barrier();
-      if (part == 0 && lane == 0 && !dry) {
+      consumer_barrier();
+      if (part == 0 && lane == 0) {
         for (int q = 1; q < split; ++q)
 #pragma unroll
           for (int p = 0; p < P; ++p) sum[p] += parts[i & 1][warp + q][p];
@@ -286,20 +271,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
       }
     }
   }
-  }
   trace_mark(2);
-}
-
-// What a dry pass (RingFlags::warm) reads in place of the kernel before's outputs, so that it
-// waits on no load: the ring's stages (shared memory, through generic pointers as the real pass
-// reads global memory), as floats or as int8 inputs and their scales.
-__device__ __forceinline__ const float* ring_dry_floats(const RingShape& s, unsigned char* smem) {
-  return reinterpret_cast<const float*>(smem + s.staged_bytes);
-}
-__device__ __forceinline__ Q8Inputs ring_dry_inputs(const RingShape& s, unsigned char* smem, const Q8Inputs& real) {
-  const unsigned char* p = smem + s.staged_bytes;
-  return Q8Inputs{reinterpret_cast<const int8_t*>(p), reinterpret_cast<const float*>(p), real.K,
-                  real.planar ? reinterpret_cast<const int8_t*>(p) : nullptr};
 }
 
 // The inputs of a norm-fused ring (gate/up, q/k/v): x * norm quantized into the block's
@@ -307,12 +279,11 @@ __device__ __forceinline__ Q8Inputs ring_dry_inputs(const RingShape& s, unsigned
 // and 1 / rms(x) in `inv`. Every thread calls it (in `inputs`), or every consumer warp's where
 // s.flags.consumers_stage.
 __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const float* x, const float* norm, int H,
-                                                     float eps, unsigned char* smem, float& inv, bool dry = false) {
+                                                     float eps, unsigned char* smem, float& inv) {
   __shared__ float squares[kRingWarps + 1];
   int8_t* planar = s.planar_at ? reinterpret_cast<int8_t*>(smem + s.planar_at) : nullptr;
-  // ends with a barrier (of the consumer warps where they alone stage; none in a dry pass)
-  const Q8Inputs in = stage_q8(dry ? ring_dry_floats(s, smem) : x, norm, H, reinterpret_cast<float*>(smem), squares,
-                               planar, s.flags.consumers_stage, !dry);
+  // ends with a barrier (of the consumer warps where they alone stage)
+  const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar, s.flags.consumers_stage);
   float total = 0.0f;
   for (int w = 0; w < kRingWarps + (s.flags.consumers_stage ? 0 : 1); ++w) total += squares[w];
   inv = rsqrtf(total / float(H) + eps);
@@ -325,7 +296,7 @@ __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const f
 // calls it (in `inputs`); it ends with a barrier. `consumers`: the consumer warps alone call it
 // and meet at named barrier 1 (RingFlags::consumers_stage).
 __device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool planar, unsigned char* smem,
-                                                       bool consumers = false, bool barrier = true) {
+                                                       bool consumers = false) {
   const int K = q8.K, scales = K / 32, threads = consumers ? kRingWarps * kWarp : int(blockDim.x);
   float* d = reinterpret_cast<float*>(smem);
   int8_t* q = reinterpret_cast<int8_t*>(smem + size_t(scales) * sizeof(float));
@@ -334,9 +305,7 @@ __device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool 
 #pragma unroll 4
   for (int i = threadIdx.x; i < K / 16; i += threads) reinterpret_cast<uint4*>(q)[i] = from_q[i];
   for (int i = threadIdx.x; i < scales / 4; i += threads) reinterpret_cast<uint4*>(d)[i] = from_d[i];
-  if (!barrier)
-    ;  // (a warp's dry pass)
-  else if (consumers)
+  if (consumers)
     consumer_barrier();
   else
     __syncthreads();

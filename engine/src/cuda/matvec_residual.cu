@@ -55,11 +55,10 @@ __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
   RUNAHEAD_TRACE_BLOCK(residual_ring);
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int P = kLong ? 2 : 1;
-  const auto inputs = [&](bool dry) {
-    const Q8Inputs from = dry ? ring_dry_inputs(shape, smem, q8) : q8;
-    return kLong ? ring_copied_inputs(from, (kRows == RingRows::Q4 || kRows == RingRows::Both) && from.planar, smem,
-                                      shape.flags.consumers_stage, !dry)
-                 : from;
+  const auto inputs = [&] {
+    return kLong ? ring_copied_inputs(q8, (kRows == RingRows::Q4 || kRows == RingRows::Both) && q8.planar, smem,
+                                      shape.flags.consumers_stage)
+                 : q8;
   };
   ring_gemv<kRows, P, kSplit>(
       shape, smem, inputs,

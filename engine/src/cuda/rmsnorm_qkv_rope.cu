@@ -133,10 +133,7 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
   extern __shared__ __align__(128) unsigned char smem[];
   float inv = 0.0f;
   ring_gemv<kRows, 2>(
-      shape, smem,
-      [&](bool dry) {
-        return ring_norm_inputs(shape, x, a.norm, a.hidden, a.eps, smem, inv, dry);
-      },
+      shape, smem, [&] { return ring_norm_inputs(shape, x, a.norm, a.hidden, a.eps, smem, inv); },
       // Its bias, cos and sin load here: preloaded before the tile's stage (as the per-warp kernel
       // does) the 7B's q/k/v did not gain (H200, Q4_K_M, v29: 1.941 -> 1.944 ms/token).
       [&](int first, const float (&sum)[2], const float (&)[kPreloads]) {
