@@ -7,7 +7,12 @@
 # Usage (repository root, on a GPU machine): bash engine/bench/cuda/switches.sh [ENGINE]
 #   ENGINE: a built runahead-engine (default: build one in $BUILD as formats.sh does).
 #   CASES ("shape:weights" ...), VARIANTS (";"-separated, each a space-separated list of NAME=VALUE;
-#   the first, "" by default, is the reference), CTX, ROUNDS, REPS override.
+#   the first, "" by default, is the reference), CTX, ROUNDS, REPS override. A variant may begin
+#   with @BINARY: that runahead-engine instead of ENGINE (another commit's build, so the two
+#   commits' decode speeds come from interleaved rounds of one run; "@/tmp/base/runahead-engine"
+#   alone is that binary with no switch). The device machine has no git: on the host, `git archive
+#   COMMIT engine/CMakeLists.txt engine/src engine/bench/backends engine/bench/cpu | tar -x -C .base`
+#   (.base/ ignored, carried), there `cmake -S .base/engine -B /tmp/base ... -DRUNAHEAD_TESTS=OFF`.
 # Output: stdout and $OUT/switches.md; each run's JSON in $OUT/switches/.
 # Time: ~10-15 s a run (one variant, one case) on an H100, so 2 variants x 3 cases take ~1.3 min
 # a round: a 10-minute call fits several rounds beside the build.
@@ -30,8 +35,13 @@ for round in $(seq "$ROUNDS"); do
   for case in $CASES; do
     shape=${case%%:*} weights=${case#*:}
     for v in "${!variants[@]}"; do
+      vars=${variants[$v]} binary=$ENGINE
+      if [[ $vars == @* ]]; then
+        binary=${vars%% *} binary=${binary#@}
+        [[ $vars == *" "* ]] && vars=${vars#* } || vars=""
+      fi
       # shellcheck disable=SC2086  # each NAME=VALUE of the variant is one word for env
-      timeout 240 env ${variants[$v]} "$ENGINE" bench --backend cuda --random-shape "$shape" --ctx "$CTX" --tokens 256 \
+      timeout 240 env $vars "$binary" bench --backend cuda --random-shape "$shape" --ctx "$CTX" --tokens 256 \
         --prefill 0 --reps "$REPS" --weights "$weights" --json > "$OUT/switches/$case-$v-$round.json" \
         2> "$OUT/switches/$case-$v-$round.err" ||
         echo "$case [${variants[$v]:-default}] round $round: exit $? ($(tail -1 "$OUT/switches/$case-$v-$round.err"))" >&2
