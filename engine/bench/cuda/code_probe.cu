@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -58,18 +59,28 @@ __device__ __forceinline__ unsigned region(unsigned x, unsigned y, std::integer_
   return x;
 }
 
-// times: a block's kRegions + 1 moments (region r ran from [r] to [r + 1]).
-template <unsigned kSeed>
-__global__ void __launch_bounds__(32) code_kernel(unsigned y, uint64_t* times, unsigned* sink) {
+// Runs region_at(R, x) for R = 0 .. kRegions - 1 (R a std::integral_constant), x starting at
+// threadIdx.x, and keeps the block's kRegions + 1 moments in times (region r ran from [r] to
+// [r + 1]) and x in sink (so that no region's work can be dropped).
+template <class Region>
+__device__ __forceinline__ void timed_regions(uint64_t* times, unsigned* sink, Region region_at) {
   uint64_t m[kRegions + 1];
   unsigned x = threadIdx.x;
   m[0] = now();
   [&]<int... R>(std::integer_sequence<int, R...>) {
-    ((x = region<kSeed * 7919u + unsigned(R)>(x, y, std::make_integer_sequence<unsigned, kRegionOps>{}), m[R + 1] = now()), ...);
+    ((x = region_at(std::integral_constant<int, R>{}, x), m[R + 1] = now()), ...);
   }(std::make_integer_sequence<int, kRegions>{});
   if (threadIdx.x == 0)
     for (int r = 0; r <= kRegions; ++r) times[size_t(blockIdx.x) * (kRegions + 1) + r] = m[r];
-  sink[blockIdx.x * 32 + threadIdx.x] = x;
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
+}
+
+// Straight-line regions of kRegionOps multiply-adds.
+template <unsigned kSeed>
+__global__ void __launch_bounds__(32) code_kernel(unsigned y, uint64_t* times, unsigned* sink) {
+  timed_regions(times, sink, [&](auto r, unsigned x) {
+    return region<kSeed * 7919u + unsigned(decltype(r)::value)>(x, y, std::make_integer_sequence<unsigned, kRegionOps>{});
+  });
 }
 
 // As code_kernel, with branches: each region is a loop of kLoopOps multiply-adds that runs `y`
@@ -81,23 +92,14 @@ __global__ void __launch_bounds__(32) code_kernel(unsigned y, uint64_t* times, u
 constexpr int kLoopOps = 64, kSkipOps = 448;
 template <unsigned kSeed>
 __global__ void __launch_bounds__(256) branch_kernel(unsigned y, uint64_t* times, unsigned* sink) {
-  uint64_t m[kRegions + 1];
-  unsigned x = threadIdx.x;
-  m[0] = now();
-  [&]<int... R>(std::integer_sequence<int, R...>) {
-    ((
-         [&] {
-           for (unsigned i = 0; i < y; ++i)
-             x = region<kSeed * 7919u + 100u + unsigned(R)>(x, y, std::make_integer_sequence<unsigned, kLoopOps>{});
-           if (x == y * 0x9e3779b9u + 0x7f4a7c15u + unsigned(R))
-             x = region<kSeed * 7919u + 200u + unsigned(R)>(x, y, std::make_integer_sequence<unsigned, kSkipOps>{});
-         }(),
-         m[R + 1] = now()),
-     ...);
-  }(std::make_integer_sequence<int, kRegions>{});
-  if (threadIdx.x == 0)
-    for (int r = 0; r <= kRegions; ++r) times[size_t(blockIdx.x) * (kRegions + 1) + r] = m[r];
-  sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
+  timed_regions(times, sink, [&](auto r, unsigned x) {
+    constexpr unsigned R = decltype(r)::value;
+    for (unsigned i = 0; i < y; ++i)
+      x = region<kSeed * 7919u + 100u + R>(x, y, std::make_integer_sequence<unsigned, kLoopOps>{});
+    if (x == y * 0x9e3779b9u + 0x7f4a7c15u + R)
+      x = region<kSeed * 7919u + 200u + R>(x, y, std::make_integer_sequence<unsigned, kSkipOps>{});
+    return x;
+  });
 }
 
 // times: a block's {timer: t1 - t0 of two reads back to back, done wait: the try_wait loop on a
