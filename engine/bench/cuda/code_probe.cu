@@ -142,19 +142,26 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-template <unsigned kSeed>
-void run_code(int blocks, uint64_t* times, unsigned* sink, std::vector<uint64_t>& host) {
-  code_kernel<kSeed><<<blocks, 32>>>(3u, times, sink);
+// One launch of a region kernel (`name` for its errors), its blocks' moments copied to host.
+void run_regions(void (*kernel)(unsigned, uint64_t*, unsigned*), const char* name, int blocks, int threads,
+                 unsigned y, uint64_t* times, unsigned* sink, std::vector<uint64_t>& host) {
+  kernel<<<blocks, threads>>>(y, times, sink);
   check(cudaGetLastError(), "launch");
-  check(cudaDeviceSynchronize(), "code_kernel");
+  check(cudaDeviceSynchronize(), name);
   check(cudaMemcpy(host.data(), times, host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost), "copy");
 }
 template <unsigned kSeed>
+void run_code(int blocks, uint64_t* times, unsigned* sink, std::vector<uint64_t>& host) {
+  run_regions(code_kernel<kSeed>, "code_kernel", blocks, 32, 3u, times, sink, host);
+}
+template <unsigned kSeed>
 void run_branches(int blocks, int warps, uint64_t* times, unsigned* sink, std::vector<uint64_t>& host) {
-  branch_kernel<kSeed><<<blocks, 32 * warps>>>(1u, times, sink);
-  check(cudaGetLastError(), "launch");
-  check(cudaDeviceSynchronize(), "code_kernel");
-  check(cudaMemcpy(host.data(), times, host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost), "copy");
+  run_regions(branch_kernel<kSeed>, "branch_kernel", blocks, 32 * warps, 1u, times, sink, host);
+}
+// As much other code as the probed kernel: code_kernel<2> .. <kEvictors + 1>, each once.
+void run_evictors(int blocks, uint64_t* times, unsigned* sink, std::vector<uint64_t>& host) {
+  [&]<int... E>(std::integer_sequence<int, E...>) { (run_code<2 + E>(blocks, times, sink, host), ...); }(
+      std::make_integer_sequence<int, kEvictors>{});
 }
 
 void print_regions(const char* what, int blocks, const std::vector<uint64_t>& h) {
@@ -207,8 +214,7 @@ int main() {
   run_code<1>(sms, times, sink, h);
   print_regions("second, right after", sms, h);
   // as much other code, then the first kernel again
-  [&]<int... E>(std::integer_sequence<int, E...>) { (run_code<2 + E>(sms, times, sink, h), ...); }(
-      std::make_integer_sequence<int, kEvictors>{});
+  run_evictors(sms, times, sink, h);
   run_code<1>(sms, times, sink, h);
   print_regions("after other kernels' code", sms, h);
   run_code<1>(sms, times, sink, h);
@@ -217,10 +223,12 @@ int main() {
   uint4* big = nullptr;
   check(cudaMalloc(&big, kStreamBytes), "cudaMalloc");
   check(cudaMemset(big, 1, kStreamBytes), "cudaMemset");
-  [&]<int... E>(std::integer_sequence<int, E...>) { (run_code<2 + E>(sms, times, sink, h), ...); }(
-      std::make_integer_sequence<int, kEvictors>{});
-  stream_kernel<<<sms * 4, 256>>>(big, kStreamBytes / sizeof(uint4), sink);
-  check(cudaDeviceSynchronize(), "stream_kernel");
+  const auto evict_and_stream = [&] {  // other kernels' code, then 256 MB through L2
+    run_evictors(sms, times, sink, h);
+    stream_kernel<<<sms * 4, 256>>>(big, kStreamBytes / sizeof(uint4), sink);
+    check(cudaDeviceSynchronize(), "stream_kernel");
+  };
+  evict_and_stream();
   run_code<1>(sms, times, sink, h);
   print_regions("after other code and 256 MB streamed", sms, h);
 
@@ -246,14 +254,10 @@ int main() {
           show("first (code in no cache)");
           run_branches<10 + W>(sms, warps, times, sink, h);
           show("second, right after");
-          [&]<int... E>(std::integer_sequence<int, E...>) { (run_code<2 + E>(sms, times, sink, h), ...); }(
-              std::make_integer_sequence<int, kEvictors>{});
+          run_evictors(sms, times, sink, h);
           run_branches<10 + W>(sms, warps, times, sink, h);
           show("after other kernels' code");
-          [&]<int... E>(std::integer_sequence<int, E...>) { (run_code<2 + E>(sms, times, sink, h), ...); }(
-              std::make_integer_sequence<int, kEvictors>{});
-          stream_kernel<<<sms * 4, 256>>>(big, kStreamBytes / sizeof(uint4), sink);
-          check(cudaDeviceSynchronize(), "stream_kernel");
+          evict_and_stream();
           run_branches<10 + W>(sms, warps, times, sink, h);
           show("after other code and 256 MB streamed");
         }(),

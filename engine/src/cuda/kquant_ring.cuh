@@ -86,7 +86,9 @@ __device__ __forceinline__ void consumer_barrier() { sync_first_threads(kRingWar
 // tile's, 3 its last epilogue has run, 4 its inputs are ready (and, in a norm-fused ring,
 // stage_q8's 5: thread 0 has staged its part of them); 6 the producer has seen the block's first
 // tile in, where it waits for it before asking for another (fewer tiles in flight than stages);
-// 7 thread 0 is about to wait for its first tile; 8 the last consumer warp's lane 0 is past pdl_wait.
+// 7 thread 0 is about to wait for its first tile; 8 the last consumer warp's lane 0 is past pdl_wait;
+// 9 thread 0's warp has summed its first tile; 10 (only where it was so) that tile was not all in
+// when thread 0 came to wait for it.
 // Every thread of the block calls it. `inputs()` runs in every thread after pdl_wait (it may
 // synchronise the block; with s.flags.consumers_stage it runs in the consumer warps alone, which it
 // may synchronise at named barrier 1) and returns the int8 inputs; `epilogue(row, acc, pre)` runs in lane 0
