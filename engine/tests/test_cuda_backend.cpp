@@ -169,22 +169,28 @@ TEST_CASE("cuda ops: rmsnorm_qkv_rope_append, attention, residual, gate_up_swigl
 
     // Attention over the cache as the projection left it, decode and prefill kernels.
     // Each split count merged through global memory, and in a cluster where one runs.
-    // In a cluster: the partials loaded from the other blocks, or pushed into block 0.
+    // In a cluster: the partials loaded from the other blocks, or pushed into block 0 (and
+    // counted there in bytes).
     struct Merge {
       int splits;
       bool cluster;
       bool push;
+      bool counted;
     };
-    for (const auto& [splits, cluster, push] : {Merge{1, false, false}, {3, false, false}, {16, false, false},
-                                                 {3, true, false}, {16, true, false}, {3, true, true}, {16, true, true}}) {
+    for (const auto& [splits, cluster, push, counted] :
+         {Merge{1, false, false, false}, {3, false, false, false}, {16, false, false, false}, {3, true, false, false},
+          {16, true, false, false}, {3, true, true, false}, {16, true, true, false}, {3, true, true, true},
+          {16, true, true, true}}) {
       CAPTURE(splits);
       CAPTURE(cluster);
       CAPTURE(push);
+      CAPTURE(counted);
       if (cluster && !rings_run_here()) continue;  // clusters: Hopper on
       if (cluster) REQUIRE(attention_cluster_fits(splits));
-      if (cluster) REQUIRE(attention_cluster_fits(splits, push));
+      if (cluster) REQUIRE(attention_cluster_fits(splits, push, counted));
       AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, cluster, dk, dv);
       run.att.push = push;
+      run.att.counted = counted;
       const DecodeAttention& att = run.att;
       DeviceBuffer dout(size_t(n) * qd * 4);
       const std::vector<double> ref = attention_refs(q, k_after, v_after, heads, kv_heads, hd, n, p0);
@@ -275,19 +281,24 @@ TEST_CASE("cuda ops: decode attention over long contexts with grouped query head
   struct Merge {
     int splits;
     bool cluster;
-    bool push;  // DecodeAttention::push
+    bool push;     // DecodeAttention::push
+    bool counted;  // DecodeAttention::counted
   };
-  for (const auto& [splits, cluster, push] : {Merge{1, false, false}, {5, false, false}, {32, false, false},
-                                               {5, true, false}, {16, true, false}, {5, true, true}, {16, true, true}}) {
+  for (const auto& [splits, cluster, push, counted] :
+       {Merge{1, false, false, false}, {5, false, false, false}, {32, false, false, false}, {5, true, false, false},
+        {16, true, false, false}, {5, true, true, false}, {16, true, true, false}, {5, true, true, true},
+        {16, true, true, true}}) {
     CAPTURE(splits);
     CAPTURE(cluster);
     CAPTURE(push);
+    CAPTURE(counted);
     if (cluster && !rings_run_here()) continue;
     if (cluster) REQUIRE(attention_cluster_fits(splits));
-    if (cluster) REQUIRE(attention_cluster_fits(splits, push));
+    if (cluster) REQUIRE(attention_cluster_fits(splits, push, counted));
     AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, cluster, dk, dv);
     DecodeAttention& att = run.att;
     att.push = push;
+    att.counted = counted;
     DeviceBuffer dout(size_t(n) * qd * 4), q8(size_t(n) * qd), d8(size_t(n) * qd / 32 * 4), q8_ref(size_t(n) * qd),
         d8_ref(size_t(n) * qd / 32 * 4);
     att.q8 = Q8Scratch{q8.get<int8_t>(), d8.get<float>()};

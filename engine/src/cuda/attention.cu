@@ -56,6 +56,15 @@ __device__ __forceinline__ void cluster_store(float* p, unsigned rank, float v) 
                              : "r"(smem_address(p)), "r"(rank), "f"(v)
                              : "memory"));
 }
+// The same store made asynchronous: its 4 bytes are counted on block `rank`'s barrier at the
+// address of `bar` in this one (complete_tx), so the storing block neither fences nor waits.
+__device__ __forceinline__ void cluster_store_counted(float* p, unsigned rank, float v, uint64_t* bar) {
+  RUNAHEAD_SM90(asm volatile("{\n .reg .u32 a, b;\n mapa.shared::cluster.u32 a, %0, %2;\n mapa.shared::cluster.u32 b, %1, %2;\n"
+                             " st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [a], %3, [b];\n}"
+                             :
+                             : "r"(smem_address(p)), "r"(smem_address(bar)), "r"(rank), "f"(v)
+                             : "memory"));
+}
 
 // grid (splits, heads, n); block kThreads; kCluster: the splits of a (token, head) are one
 // cluster. Partial of split s: [m, l, acc[head_dim]] with m the largest raw score,
@@ -72,20 +81,31 @@ __device__ __forceinline__ void cluster_store(float* p, unsigned rank, float v) 
 // kPush (with kCluster): each block stores its partial into the cluster's block 0 and leaves
 // after one barrier arrival; block 0 waits once and merges from its own shared memory (else
 // every block keeps its partial, all meet at a barrier, block 0 loads the others' partials,
-// and all meet again so that they stay until it has).
-template <int kThreads, bool kCluster, bool kPush = false>
+// and all meet again so that they stay until it has). kCounted (with kPush): those stores are
+// asynchronous and counted in bytes on a barrier of block 0's (its `arrived`), so a block
+// leaves right after storing, without a release fence or a barrier arrival, and block 0 waits
+// for the bytes alone; each of its threads then weighs the splits itself (no block barrier).
+template <int kThreads, bool kCluster, bool kPush = false, bool kCounted = false>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttention a, const float* q,
                                                                    const int* pos, float* out) {
   RUNAHEAD_TRACE_BLOCK(attention);
   static_assert(kThreads >= kMaxHeadDim, "the merge gives each thread at most one dimension of the head");
   __shared__ float4 group_acc[kThreads];       // [groups][cols]: group g's acc, dimension g * head_dim + d as floats
   __shared__ float group_m[kThreads], group_l[kThreads];
-  constexpr bool kPushed = kCluster && kPush, kPulled = kCluster && !kPush;
+  constexpr bool kPushed = kCluster && kPush, kPulled = kCluster && !kPush, kCountedPush = kPushed && kCounted;
   __shared__ float mine[kPulled ? 2 + kMaxHeadDim : 1];  // this split's m, l and values
   // in the cluster's block 0, every split's m, l and values, which each block stores there
   __shared__ float gathered[kPushed ? kMaxAttentionCluster * (2 + kMaxHeadDim) : 1];
   __shared__ float weight[kWarp];
   __shared__ bool last;
+  __shared__ uint64_t arrived;  // kCountedPush, in block 0: every split's bytes are in
+  if constexpr (kCountedPush) {
+    if (threadIdx.x == 0 && cluster_rank() == 0) {
+      mbarrier_init(&arrived, 1);
+      mbarrier_expect_bytes(&arrived, unsigned(gridDim.x) * unsigned(a.head_dim + 2) * unsigned(sizeof(float)));
+      mbarrier_init_fence();  // before the arrival below publishes it to the cluster
+    }
+  }
   // Every block of the cluster has started once this barrier's first phase is complete (waited
   // for before the first store into block 0's shared memory); arrived at here, it costs no wait.
   if constexpr (kPushed) cluster_arrive_relaxed();
@@ -173,7 +193,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   if constexpr (kPushed) cluster_wait();  // every block has started: block 0's shared memory is there
   trace_mark(1);
   const auto put = [&](int at, float v) {
-    if constexpr (kPushed)
+    if constexpr (kCountedPush)
+      cluster_store_counted(gathered + split * (hd + 2) + at, 0u, v, &arrived);
+    else if constexpr (kPushed)
       cluster_store(gathered + split * (hd + 2) + at, 0u, v);
     else if constexpr (kPulled)
       mine[at] = v;
@@ -194,13 +216,48 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
     put(1, L);
   }
 
+  // This head's merged value of dimension d: out, and its int8 copy where quantizing.
+  const int width = a.heads * hd;
+  const auto store_output = [&](float num) {
+    const size_t kk = size_t(h) * hd + d;
+    out[size_t(t) * width + kk] = num;
+    if (a.q8.q) {
+      float q8_scale;
+      a.q8.q[size_t(t) * width + kk] = q8_lane(num, q8_scale);
+      if (threadIdx.x % kWarp == 0) a.q8.d[size_t(t) * (width / 32) + kk / 32] = q8_scale;
+    }
+  };
   // Every split's values, m and l, loaded at once: in the cluster's block 0 (pushed: once every
   // block has stored its own there, the others leaving, since nothing reads their shared
   // memory; pulled: from the other blocks' shared memory), or (the last block of this (token,
   // head) to finish) from global memory.
   int* counter = a.counters + size_t(t) * a.heads + h;
-  bool merges;
-  if constexpr (kPushed) {
+  bool merges = false;
+  if constexpr (kCountedPush) {
+    if (cluster_rank() != 0) return;
+    mbarrier_wait(&arrived, 0);
+    trace_mark(2);
+    // Split s weighs exp((m_s - M) * scale) / sum_s exp((m_s - M) * scale) l_s: every thread
+    // weighs them itself from the same broadcast loads.
+    if (d >= hd) return;  // whole warps (head_dim a multiple of 32 when quantizing)
+    float M = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMaxAttentionCluster; ++s)
+      if (s < S) M = fmaxf(M, gathered[s * (hd + 2)]);
+    float num = 0.0f, den = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxAttentionCluster; ++s) {
+      if (s < S) {
+        const float* g = gathered + s * (hd + 2);
+        const float w = g[0] == -INFINITY ? 0.0f : expf((g[0] - M) * scale);
+        den = fmaf(w, g[1], den);
+        num = fmaf(w, g[2 + d], num);
+      }
+    }
+    trace_mark(3);
+    store_output(num / den);
+    return;
+  } else if constexpr (kPushed) {
     cluster_arrive_release();
     merges = cluster_rank() == 0;
     if (!merges) return;
@@ -244,20 +301,13 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   if (!merges) return;
   __syncthreads();
   trace_mark(3);
+  if (!kCluster && threadIdx.x == 0) *counter = 0;
   if (d >= hd) return;  // whole warps (head_dim a multiple of 32 when quantizing)
-  const int width = a.heads * hd;
   float num = 0.0f;
 #pragma unroll
   for (int s = 0; s < kWarp; ++s)
     if (s < S) num = fmaf(weight[s], values[s], num);
-  const size_t kk = size_t(h) * hd + d;
-  out[size_t(t) * width + kk] = num;
-  if (a.q8.q) {
-    float q8_scale;
-    a.q8.q[size_t(t) * width + kk] = q8_lane(num, q8_scale);
-    if (threadIdx.x % kWarp == 0) a.q8.d[size_t(t) * (width / 32) + kk / 32] = q8_scale;
-  }
-  if (!kCluster && threadIdx.x == 0) *counter = 0;
+  store_output(num);
 }
 
 // RUNAHEAD_CUDA_ATTENTION_THREADS=128|256 forces the block size (threads_for), to measure.
@@ -271,8 +321,8 @@ int forced_threads() {
 }
 // The cluster kernel, allowed (once) clusters of up to kMaxAttentionCluster blocks, past the
 // portable 8.
-template <int kThreads, bool kPush> auto cluster_kernel() {
-  const auto kernel = attention_decode_kernel<kThreads, true, kPush>;
+template <int kThreads, bool kPush, bool kCounted = false> auto cluster_kernel() {
+  const auto kernel = attention_decode_kernel<kThreads, true, kPush, kCounted>;
   static const bool allowed = (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                                           "cudaFuncSetAttribute(attention cluster)"),
                                true);
@@ -282,9 +332,10 @@ template <int kThreads, bool kPush> auto cluster_kernel() {
 // The splits of a (token, head) are consecutive blocks along x: one cluster with kCluster.
 template <int kThreads, bool kCluster> void launch(const DecodeAttention& a, const float* q, int n, const int* pos,
                                                    float* out, cudaStream_t stream) {
-  const auto kernel = !kCluster            ? attention_decode_kernel<kThreads, false>
-                      : a.push ? cluster_kernel<kThreads, true>()
-                               : cluster_kernel<kThreads, false>();
+  const auto kernel = !kCluster              ? attention_decode_kernel<kThreads, false>
+                      : a.push && a.counted ? cluster_kernel<kThreads, true, true>()
+                      : a.push              ? cluster_kernel<kThreads, true>()
+                                            : cluster_kernel<kThreads, false>();
   launch_pdl_clusters(kCluster ? unsigned(a.splits) : 0u, kernel, dim3(a.splits, a.heads, n), dim3(kThreads), 0,
                       stream, a, q, pos, out);
 }
@@ -315,12 +366,14 @@ int threads_for(const DecodeAttention& a, int n) {
 // (v27); at context 2048 the 1.5B 1.190 -> 1.189.
 int attention_splits(int heads, int sms) { return std::clamp((3 * sms + heads - 1) / heads, 1, kWarp); }
 
-bool attention_cluster_fits(int splits, bool push) {
+bool attention_cluster_fits(int splits, bool push, bool counted) {
   if (splits < 2 || splits > kMaxAttentionCluster || !bulk_copies_on()) return false;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(splits, 1, 1);
   config.blockDim = dim3(256);  // the wider block (the narrower one fits where it does)
-  const auto kernel = push ? cluster_kernel<256, true>() : cluster_kernel<256, false>();  // the one that will run
+  const auto kernel = push && counted ? cluster_kernel<256, true, true>()
+                      : push          ? cluster_kernel<256, true>()
+                                      : cluster_kernel<256, false>();  // the one that will run
   cudaLaunchAttribute attr = cluster_attribute(unsigned(splits));
   config.attrs = &attr;
   config.numAttrs = 1;

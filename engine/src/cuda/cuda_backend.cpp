@@ -247,6 +247,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"ring_producers_unwaited", ring_flags_.producer_unwaited && ring_flags_.consumers_stage},
               {"down_launched_before_its_quantize_waits", !layers_.empty() && down_quantized_early()},
               {"decode_attention_merged_in_cluster", attention_.cluster},
+              {"decode_attention_partials_counted", attention_.counted},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"kquant_gate_up_ring", any_layer_of(DType::Q4_K, gate_up_ring)},
               {"kquant_o_proj_down_ring", any_layer_of(DType::Q4_K, [&](int l) { return residual_rings(l); })},
@@ -615,9 +616,12 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // In a cluster, where its clusters fit, the splits push their partials into its block 0
     // (DecodeAttention::push; H100, ms/token, 1.5B Q4_K_M 1.060 -> 1.046, 7B 2.347 -> 2.329,
     // 7B Q8_0 3.207 -> 3.181; H200 within noise, 0.970 -> 0.971 and 1.941 -> 1.950: NOTES v33);
-    // RUNAHEAD_CUDA_ATTENTION_PUSH=0: block 0 loads them, to measure.
+    // RUNAHEAD_CUDA_ATTENTION_PUSH=0: block 0 loads them, to measure; =counted: the stores are
+    // counted on a barrier of block 0's (DecodeAttention::counted).
     attention_.push = attention_.cluster && !env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "0") &&
                       attention_cluster_fits(attention_.splits, true);
+    attention_.counted = attention_.push && env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "counted") &&
+                         attention_cluster_fits(attention_.splits, true, true);
     attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
     attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
     check_cuda(cudaMemset(attention_counters_.get(), 0, attention_counters_.bytes()), "cudaMemset");
@@ -684,6 +688,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // measure (kernels.h RingFlags); =consumers keeps the norm-fused rings' alone.
     ring_flags_.consumers_stage = !env_is("RUNAHEAD_CUDA_RING_STAGE", "0");
     ring_flags_.producer_unwaited = !env_is("RUNAHEAD_CUDA_RING_PRODUCER", "0");
+    prefetch_kv_ = env_is("RUNAHEAD_CUDA_KV_PREFETCH", "1");
     residual_tuning_.flags = ring_flags_;
     residual_tuning_.flags.consumers_stage = ring_flags_.consumers_stage && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
     // RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0: down launched before its quantize waits always /
@@ -912,6 +917,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.v_cache = v_cache_.get<float>() + size_t(l) * capacity_ * kvd;
     a.q8 = q8_inputs();
     a.ring_flags = ring_flags_;
+    a.prefetch_kv = prefetch_kv_;
     return a;
   }
 
@@ -1267,6 +1273,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
   RingFlags ring_flags_;  // allocate(): every ring's RingShape::flags (residual_tuning_ has the residual rings')
+  bool prefetch_kv_ = false;  // allocate(): QkvRope::prefetch_kv
   DeviceBuffer ring_cursors_;      // ring_cursor(): 3 pairs of ints a layer, or none
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring
   KqRing residual_ring_ = KqRing::Auto;  // allocate(): the same for o_proj and down

@@ -122,6 +122,9 @@ struct QkvRope {
   float* v_cache = nullptr;
   Q8Scratch q8;  // a Q8_0 or K-quant matrix's quantized inputs
   RingFlags ring_flags;  // its ring's
+  // The ring's blocks ask L2 for this layer's cached rows before *pos (attention's next reads),
+  // a slice each, from a lane of the producer warp at the kernel's start (RUNAHEAD_CUDA_KV_PREFETCH=1).
+  bool prefetch_kv = false;
 };
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
                              int sms, cudaStream_t stream, KqRing ring = KqRing::Off);
@@ -140,6 +143,9 @@ struct DecodeAttention {
   // With `cluster`: each split stores its partial into block 0's shared memory and leaves (one
   // cluster barrier); false: block 0 loads the other splits' partials from theirs (two).
   bool push = false;
+  // With `push`: the stores are asynchronous, counted in bytes on a barrier of block 0's, which
+  // waits for them alone; the other blocks leave without a fence or a cluster barrier.
+  bool counted = false;
   const float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
   const float* v_cache = nullptr;
   float* partial = nullptr;  // attention_partial_floats(...)
@@ -149,8 +155,9 @@ struct DecodeAttention {
   Q8Scratch q8{};
 };
 int attention_splits(int heads, int sms);
-// Whether clusters of `splits` attention blocks run on this device (with DecodeAttention::push).
-bool attention_cluster_fits(int splits, bool push = false);
+// Whether clusters of `splits` attention blocks run on this device (with DecodeAttention::push
+// and ::counted).
+bool attention_cluster_fits(int splits, bool push = false, bool counted = false);
 size_t attention_partial_floats(int heads, int head_dim, int splits);
 void attention_decode(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
                       cudaStream_t stream);
