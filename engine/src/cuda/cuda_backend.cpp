@@ -616,12 +616,16 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // In a cluster, where its clusters fit, the splits push their partials into its block 0
     // (DecodeAttention::push; H100, ms/token, 1.5B Q4_K_M 1.060 -> 1.046, 7B 2.347 -> 2.329,
     // 7B Q8_0 3.207 -> 3.181; H200 within noise, 0.970 -> 0.971 and 1.941 -> 1.950: NOTES v33);
-    // RUNAHEAD_CUDA_ATTENTION_PUSH=0: block 0 loads them, to measure; =counted: the stores are
-    // counted on a barrier of block 0's (DecodeAttention::counted).
+    // and their stores are counted in bytes on a barrier of block 0's (DecodeAttention::counted;
+    // H100, ms/token, two rounds: 1.5B Q4_K_M 0.903-0.904 -> 0.895, 7B Q4_K_M 2.098-2.107 ->
+    // 2.068-2.069, 7B Q8_0 2.974-2.977 -> 2.947-2.954: NOTES v46). RUNAHEAD_CUDA_ATTENTION_PUSH=0:
+    // block 0 loads the partials; =uncounted: pushed, not counted (a cluster barrier); =warm:
+    // counted, block 0 running its merge once on what is there while the partials come; to measure.
     attention_.push = attention_.cluster && !env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "0") &&
                       attention_cluster_fits(attention_.splits, true);
-    attention_.counted = attention_.push && env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "counted") &&
+    attention_.counted = attention_.push && !env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "uncounted") &&
                          attention_cluster_fits(attention_.splits, true, true);
+    attention_.warm_merge = attention_.counted && env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "warm");
     attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
     attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
     check_cuda(cudaMemset(attention_counters_.get(), 0, attention_counters_.bytes()), "cudaMemset");
@@ -688,7 +692,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // measure (kernels.h RingFlags); =consumers keeps the norm-fused rings' alone.
     ring_flags_.consumers_stage = !env_is("RUNAHEAD_CUDA_RING_STAGE", "0");
     ring_flags_.producer_unwaited = !env_is("RUNAHEAD_CUDA_RING_PRODUCER", "0");
-    prefetch_kv_ = env_is("RUNAHEAD_CUDA_KV_PREFETCH", "1");
     residual_tuning_.flags = ring_flags_;
     residual_tuning_.flags.consumers_stage = ring_flags_.consumers_stage && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
     // RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0: down launched before its quantize waits always /
@@ -917,7 +920,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     a.v_cache = v_cache_.get<float>() + size_t(l) * capacity_ * kvd;
     a.q8 = q8_inputs();
     a.ring_flags = ring_flags_;
-    a.prefetch_kv = prefetch_kv_;
     return a;
   }
 
@@ -1273,7 +1275,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
   RingFlags ring_flags_;  // allocate(): every ring's RingShape::flags (residual_tuning_ has the residual rings')
-  bool prefetch_kv_ = false;  // allocate(): QkvRope::prefetch_kv
   DeviceBuffer ring_cursors_;      // ring_cursor(): 3 pairs of ints a layer, or none
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring
   KqRing residual_ring_ = KqRing::Auto;  // allocate(): the same for o_proj and down

@@ -122,9 +122,6 @@ struct QkvRope {
   float* v_cache = nullptr;
   Q8Scratch q8;  // a Q8_0 or K-quant matrix's quantized inputs
   RingFlags ring_flags;  // its ring's
-  // The ring's blocks ask L2 for this layer's cached rows before *pos (attention's next reads),
-  // a slice each, from a lane of the producer warp at the kernel's start (RUNAHEAD_CUDA_KV_PREFETCH=1).
-  bool prefetch_kv = false;
 };
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
                              int sms, cudaStream_t stream, KqRing ring = KqRing::Off);
@@ -146,6 +143,9 @@ struct DecodeAttention {
   // With `push`: the stores are asynchronous, counted in bytes on a barrier of block 0's, which
   // waits for them alone; the other blocks leave without a fence or a cluster barrier.
   bool counted = false;
+  // With `counted`: block 0 runs its merge once, its results dropped, while the partials come
+  // (so that its code is fetched before they are in), then again on them. To measure.
+  bool warm_merge = false;
   const float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
   const float* v_cache = nullptr;
   float* partial = nullptr;  // attention_partial_floats(...)

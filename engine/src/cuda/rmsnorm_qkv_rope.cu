@@ -131,16 +131,6 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm)
     qkv_ring_kernel(RingShape shape, QkvRope a, const float* x, const int* pos, float* q_out) {
   RUNAHEAD_TRACE_BLOCK(qkv_ring);
   extern __shared__ __align__(128) unsigned char smem[];
-  if (a.prefetch_kv && threadIdx.x == kRingWarps * kWarp + 1) {  // lane 1 of the producer warp
-    // *pos was advanced by the step before: final before pdl_wait (attention reads it so too).
-    const int p0 = *pos, per = (p0 + int(gridDim.x) - 1) / int(gridDim.x);
-    const int begin = min(p0, int(blockIdx.x) * per), rows = min(p0, begin + per) - begin;
-    const size_t kv_dim = size_t(a.kv_heads) * a.head_dim;
-    if (rows > 0) {
-      bulk_prefetch_l2(a.k_cache + begin * kv_dim, unsigned(rows * kv_dim * sizeof(float)));
-      bulk_prefetch_l2(a.v_cache + begin * kv_dim, unsigned(rows * kv_dim * sizeof(float)));
-    }
-  }
   float inv = 0.0f;
   ring_gemv<kRows, 2>(
       shape, smem, [&] { return ring_norm_inputs(shape, x, a.norm, a.hidden, a.eps, smem, inv); },
