@@ -606,8 +606,7 @@ template <class Kernel> int blocks_per_sm(Kernel kernel, int threads, size_t sme
 // RUNAHEAD_Q8_RECIPROCAL=1 (to measure; never in a build that is used until it is): q =
 // round(v * (1 / scale)), llama.cpp's CPU formula (quantize_row_q8_0), one correctly rounded
 // reciprocal a group (the compiler shares it between a group's values) instead of an IEEE
-// division a value, each with a branch to its slow path. (The persistent step, decode_step.cu,
-// which the load does not pick for these formats, keeps its own division.)
+// division a value, each with a branch to its slow path.
 #ifndef RUNAHEAD_Q8_RECIPROCAL
 #define RUNAHEAD_Q8_RECIPROCAL 0
 #endif

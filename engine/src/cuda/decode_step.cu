@@ -496,7 +496,7 @@ __device__ __forceinline__ void put4(float* in, int K, int i, float4 v, bool val
 #pragma unroll
     for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float scale = amax / 127.0f;
-    const auto q = [&](float x) { return static_cast<signed char>(amax == 0.0f ? 0 : int(roundf(x / scale))); };
+    const auto q = [&](float x) { return static_cast<signed char>(q8_value(x, amax, scale)); };
     if (!valid) return;
     reinterpret_cast<char4*>(in + stage_q8_scales(K))[i] = make_char4(q(v.x), q(v.y), q(v.z), q(v.w));
     if (i % 8 == 0) in[i / 8] = scale;
