@@ -170,30 +170,27 @@ TEST_CASE("cuda ops: rmsnorm_qkv_rope_append, attention, residual, gate_up_swigl
     // Attention over the cache as the projection left it, decode and prefill kernels.
     // Each split count merged through global memory, and in a cluster where one runs.
     // In a cluster: the partials loaded from the other blocks, or pushed into block 0 (and
-    // counted there in bytes, block 0 running its merge once before they are in or not).
+    // counted there in bytes).
     struct Merge {
       int splits;
       bool cluster;
       bool push;
       bool counted;
-      bool warm = false;
     };
-    for (const auto& [splits, cluster, push, counted, warm] :
+    for (const auto& [splits, cluster, push, counted] :
          {Merge{1, false, false, false}, {3, false, false, false}, {16, false, false, false}, {3, true, false, false},
           {16, true, false, false}, {3, true, true, false}, {16, true, true, false}, {3, true, true, true},
-          {16, true, true, true}, {3, true, true, true, true}, {16, true, true, true, true}}) {
+          {16, true, true, true}}) {
       CAPTURE(splits);
       CAPTURE(cluster);
       CAPTURE(push);
       CAPTURE(counted);
-      CAPTURE(warm);
       if (cluster && !rings_run_here()) continue;  // clusters: Hopper on
       if (cluster) REQUIRE(attention_cluster_fits(splits));
       if (cluster) REQUIRE(attention_cluster_fits(splits, push, counted));
       AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, cluster, dk, dv);
       run.att.push = push;
       run.att.counted = counted;
-      run.att.warm_merge = warm;
       const DecodeAttention& att = run.att;
       DeviceBuffer dout(size_t(n) * qd * 4);
       const std::vector<double> ref = attention_refs(q, k_after, v_after, heads, kv_heads, hd, n, p0);
@@ -284,19 +281,17 @@ TEST_CASE("cuda ops: decode attention over long contexts with grouped query head
   struct Merge {
     int splits;
     bool cluster;
-    bool push;          // DecodeAttention::push
-    bool counted;       // DecodeAttention::counted
-    bool warm = false;  // DecodeAttention::warm_merge
+    bool push;     // DecodeAttention::push
+    bool counted;  // DecodeAttention::counted
   };
-  for (const auto& [splits, cluster, push, counted, warm] :
+  for (const auto& [splits, cluster, push, counted] :
        {Merge{1, false, false, false}, {5, false, false, false}, {32, false, false, false}, {5, true, false, false},
         {16, true, false, false}, {5, true, true, false}, {16, true, true, false}, {5, true, true, true},
-        {16, true, true, true}, {5, true, true, true, true}, {16, true, true, true, true}}) {
+        {16, true, true, true}}) {
     CAPTURE(splits);
     CAPTURE(cluster);
     CAPTURE(push);
     CAPTURE(counted);
-    CAPTURE(warm);
     if (cluster && !rings_run_here()) continue;
     if (cluster) REQUIRE(attention_cluster_fits(splits));
     if (cluster) REQUIRE(attention_cluster_fits(splits, push, counted));
@@ -304,7 +299,6 @@ TEST_CASE("cuda ops: decode attention over long contexts with grouped query head
     DecodeAttention& att = run.att;
     att.push = push;
     att.counted = counted;
-    att.warm_merge = warm;
     DeviceBuffer dout(size_t(n) * qd * 4), q8(size_t(n) * qd), d8(size_t(n) * qd / 32 * 4), q8_ref(size_t(n) * qd),
         d8_ref(size_t(n) * qd / 32 * 4);
     att.q8 = Q8Scratch{q8.get<int8_t>(), d8.get<float>()};

@@ -16,16 +16,14 @@
 # Output: stdout and $OUT/switches.md; each run's JSON in $OUT/switches/.
 # Time: ~10-15 s a run (one variant, one case) on an H100, so 2 variants x 3 cases take ~1.3 min
 # a round: a 10-minute call fits several rounds beside the build.
-# The default variants: the switch written in NOTES.md v46 and not yet run (attention's block 0
-# running its merge once while the partials come), v46's default turned off (the partials pushed
-# and met at a cluster barrier, not counted), and v42's (the rings' producer warps waiting for the
-# kernel before): 12 runs a round, ~2.5-3 minutes at the default REPS, so a 10-minute call with the
-# build holds ROUNDS=2 (or REPS=20 and 3).
+# The default variants: v46's default turned off (the partials pushed and met at a cluster
+# barrier, not counted) and v42's (the rings' producer warps waiting for the kernel before): 9
+# runs a round, ~2 minutes at the default REPS, so a 10-minute call with the build holds ROUNDS=3.
 set -u
 OUT=${OUT:-$PWD/switches-out}
 BUILD=${BUILD:-/tmp/engine-build}
 CASES=${CASES:-qwen2.5-coder-7b:q4_k_m qwen2.5-coder-1.5b:q4_k_m qwen2.5-coder-7b:q8_0}
-VARIANTS=${VARIANTS:-;RUNAHEAD_CUDA_ATTENTION_PUSH=warm;RUNAHEAD_CUDA_ATTENTION_PUSH=uncounted;RUNAHEAD_CUDA_RING_PRODUCER=0}
+VARIANTS=${VARIANTS:-;RUNAHEAD_CUDA_ATTENTION_PUSH=uncounted;RUNAHEAD_CUDA_RING_PRODUCER=0}
 CTX=${CTX:-512}
 ROUNDS=${ROUNDS:-3}
 REPS=${REPS:-30}

@@ -85,10 +85,7 @@ __device__ __forceinline__ void cluster_store_counted(float* p, unsigned rank, f
 // asynchronous and counted in bytes on a barrier of block 0's (its `arrived`), so a block
 // leaves right after storing, without a release fence or a barrier arrival, and block 0 waits
 // for the bytes alone; each of its threads then weighs the splits itself (no block barrier).
-// kWarm (with kCounted): block 0, idle while the partials come, first runs its merge on what its
-// shared memory holds then, the results dropped, so that the merge's code is fetched before
-// the partials are in; then it waits and runs the same loop's pass again on them.
-template <int kThreads, bool kCluster, bool kPush = false, bool kCounted = false, bool kWarm = false>
+template <int kThreads, bool kCluster, bool kPush = false, bool kCounted = false>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttention a, const float* q,
                                                                    const int* pos, float* out) {
   RUNAHEAD_TRACE_BLOCK(attention);
@@ -238,48 +235,27 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   bool merges = false;
   if constexpr (kCountedPush) {
     if (cluster_rank() != 0) return;
+    mbarrier_wait(&arrived, 0);
+    trace_mark(2);
     // Split s weighs exp((m_s - M) * scale) / sum_s exp((m_s - M) * scale) l_s: every thread
-    // weighs them itself from the same broadcast loads. Returns the weighted values' sum over
-    // the weights' sum.
-    const auto weigh = [&] {
-      float M = -INFINITY;
+    // weighs them itself from the same broadcast loads.
+    if (d >= hd) return;  // whole warps (head_dim a multiple of 32 when quantizing)
+    float M = -INFINITY;
 #pragma unroll
-      for (int s = 0; s < kMaxAttentionCluster; ++s)
-        if (s < S) M = fmaxf(M, gathered[s * (hd + 2)]);
-      float num = 0.0f, den = 0.0f;
+    for (int s = 0; s < kMaxAttentionCluster; ++s)
+      if (s < S) M = fmaxf(M, gathered[s * (hd + 2)]);
+    float num = 0.0f, den = 0.0f;
 #pragma unroll
-      for (int s = 0; s < kMaxAttentionCluster; ++s) {
-        if (s < S) {
-          const float* g = gathered + s * (hd + 2);
-          const float w = g[0] == -INFINITY ? 0.0f : expf((g[0] - M) * scale);
-          den = fmaf(w, g[1], den);
-          num = fmaf(w, g[2 + d], num);
-        }
+    for (int s = 0; s < kMaxAttentionCluster; ++s) {
+      if (s < S) {
+        const float* g = gathered + s * (hd + 2);
+        const float w = g[0] == -INFINITY ? 0.0f : expf((g[0] - M) * scale);
+        den = fmaf(w, g[1], den);
+        num = fmaf(w, g[2 + d], num);
       }
-      return make_float2(num, den);
-    };
-    if constexpr (kWarm) {
-      if (d >= hd) return;  // whole warps (head_dim a multiple of 32 when quantizing)
-#pragma unroll 1
-      for (int pass = 0; pass < 2; ++pass) {
-        if (pass == 1) {
-          mbarrier_wait(&arrived, 0);
-          trace_mark(2);
-        }
-        const float2 r = weigh();
-        if (pass == 1) {
-          trace_mark(3);
-          store_output(r.x / r.y);
-        }
-      }
-    } else {
-      mbarrier_wait(&arrived, 0);
-      trace_mark(2);
-      if (d >= hd) return;  // whole warps (head_dim a multiple of 32 when quantizing)
-      const float2 r = weigh();
-      trace_mark(3);
-      store_output(r.x / r.y);
     }
+    trace_mark(3);
+    store_output(num / den);
     return;
   } else if constexpr (kPushed) {
     cluster_arrive_release();
@@ -345,8 +321,8 @@ int forced_threads() {
 }
 // The cluster kernel, allowed (once) clusters of up to kMaxAttentionCluster blocks, past the
 // portable 8.
-template <int kThreads, bool kPush, bool kCounted = false, bool kWarm = false> auto cluster_kernel() {
-  const auto kernel = attention_decode_kernel<kThreads, true, kPush, kCounted, kWarm>;
+template <int kThreads, bool kPush, bool kCounted = false> auto cluster_kernel() {
+  const auto kernel = attention_decode_kernel<kThreads, true, kPush, kCounted>;
   static const bool allowed = (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                                           "cudaFuncSetAttribute(attention cluster)"),
                                true);
@@ -357,7 +333,6 @@ template <int kThreads, bool kPush, bool kCounted = false, bool kWarm = false> a
 template <int kThreads, bool kCluster> void launch(const DecodeAttention& a, const float* q, int n, const int* pos,
                                                    float* out, cudaStream_t stream) {
   const auto kernel = !kCluster              ? attention_decode_kernel<kThreads, false>
-                      : a.push && a.counted && a.warm_merge ? cluster_kernel<kThreads, true, true, true>()
                       : a.push && a.counted ? cluster_kernel<kThreads, true, true>()
                       : a.push              ? cluster_kernel<kThreads, true>()
                                             : cluster_kernel<kThreads, false>();

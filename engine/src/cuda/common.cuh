@@ -602,20 +602,10 @@ template <class Kernel> int blocks_per_sm(Kernel kernel, int threads, size_t sme
 }
 
 // Lane l's value v of 32 (one per lane of the warp) quantized as llama.cpp's quantize_q8_1:
-// scale = largest magnitude / 127, q = round(v / scale) (0 when all are 0). Built with
-// RUNAHEAD_Q8_RECIPROCAL=1 (to measure; never in a build that is used until it is): q =
-// round(v * (1 / scale)), llama.cpp's CPU formula (quantize_row_q8_0), one correctly rounded
-// reciprocal a group (the compiler shares it between a group's values) instead of an IEEE
-// division a value, each with a branch to its slow path.
-#ifndef RUNAHEAD_Q8_RECIPROCAL
-#define RUNAHEAD_Q8_RECIPROCAL 0
-#endif
+// scale = largest magnitude / 127, q = round(v / scale) (0 when all are 0). (One reciprocal a
+// group, v * (1 / scale) as llama.cpp's CPU quantizer does, measured no faster: NOTES v47.)
 __device__ __forceinline__ int8_t q8_value(float v, float amax, float scale) {
-#if RUNAHEAD_Q8_RECIPROCAL
-  return int8_t(amax == 0.0f ? 0 : int(roundf(v * __frcp_rn(scale))));
-#else
   return int8_t(amax == 0.0f ? 0 : int(roundf(v / scale)));
-#endif
 }
 __device__ __forceinline__ int8_t q8_lane(float v, float& scale) {
   const float amax = warp_max(fabsf(v));

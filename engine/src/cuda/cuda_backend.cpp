@@ -619,14 +619,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // and their stores are counted in bytes on a barrier of block 0's (DecodeAttention::counted;
     // H100, ms/token, two rounds: 1.5B Q4_K_M 0.903-0.904 -> 0.895, 7B Q4_K_M 2.098-2.107 ->
     // 2.068-2.069, 7B Q8_0 2.974-2.977 -> 2.947-2.954: NOTES v46). RUNAHEAD_CUDA_ATTENTION_PUSH=0:
-    // block 0 loads the partials; =uncounted: pushed, not counted (a cluster barrier); =warm:
-    // counted, and block 0 runs its merge once while the partials come (DecodeAttention::
-    // warm_merge); to measure.
+    // block 0 loads the partials; =uncounted: pushed, not counted (a cluster barrier); to measure.
     attention_.push = attention_.cluster && !env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "0") &&
                       attention_cluster_fits(attention_.splits, true);
     attention_.counted = attention_.push && !env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "uncounted") &&
                          attention_cluster_fits(attention_.splits, true, true);
-    attention_.warm_merge = attention_.counted && env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "warm");
     attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
     attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
     check_cuda(cudaMemset(attention_counters_.get(), 0, attention_counters_.bytes()), "cudaMemset");

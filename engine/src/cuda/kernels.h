@@ -143,9 +143,6 @@ struct DecodeAttention {
   // With `push`: the stores are asynchronous, counted in bytes on a barrier of block 0's, which
   // waits for them alone; the other blocks leave without a fence or a cluster barrier.
   bool counted = false;
-  // With `counted`: block 0 runs its merge once on what it holds while the partials come, the
-  // results dropped (its code fetched before they are in), then on them. Off: to measure.
-  bool warm_merge = false;
   const float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
   const float* v_cache = nullptr;
   float* partial = nullptr;  // attention_partial_floats(...)
