@@ -45,14 +45,28 @@ __device__ __forceinline__ bool mbarrier_ready(uint64_t* bar, unsigned parity) {
       : "memory"));
   return done != 0;
 }
+// Build-time switch, to measure (0, the default: none): the longest a waiting thread may be
+// suspended in one try_wait, in ns (PTX's suspendTimeHint), so that warps waiting for a stage
+// issue fewer turns of the loop beside the warps summing one.
+#ifndef RUNAHEAD_MBARRIER_SUSPEND_NS
+#define RUNAHEAD_MBARRIER_SUSPEND_NS 0
+#endif
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
   unsigned done = 0;
   do {
+#if RUNAHEAD_MBARRIER_SUSPEND_NS > 0
+    RUNAHEAD_SM90(asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_address(bar)), "r"(parity), "n"(RUNAHEAD_MBARRIER_SUSPEND_NS)
+        : "memory"));
+#else
     RUNAHEAD_SM90(asm volatile(
         "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
         : "=r"(done)
         : "r"(smem_address(bar)), "r"(parity)
         : "memory"));
+#endif
   } while (!done);
 }
 // bytes from global src to shared dst; completion is counted on `bar`; `policy`:
