@@ -71,9 +71,6 @@ struct RingShape {
   // next kernel launch.
   RingFlags flags;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
-  __host__ __device__ int first_row(int tile) const {
-    return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
-  }
   __host__ __device__ const uint8_t* row(int r) const {
     return r < q6_from ? q4 + size_t(r) * q4k_row_bytes(K) : q6 + size_t(r - q6_from) * q6k_row_bytes(K);
   }
@@ -116,11 +113,16 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     bool q6;
     size_t row_bytes;
   };
-  const auto tile_at = [&](int tile) {
-    const int first = s.first_row(tile);
+  // Rows a run of a tile (kRingWarps unless kSplit); tile `tile`'s first row from its group
+  // (tile / group_tiles) and its place in it (tile % group_tiles), which the consumers without
+  // a cursor step through instead of dividing.
+  const int rows_a_run = kSplit ? s.tile_rows() : kRingWarps;
+  const auto first_of = [&](int group, int in_group) { return group * s.group_rows + in_group * rows_a_run; };
+  const auto tile_of = [&](int first) {
     const bool q6 = kRows == RingRows::Q6 || (kRows == RingRows::Both && first >= s.q6_from);
     return Tile{first, q6, kRows == RingRows::Q8 ? size_t(s.K) : q6 ? q6k_row_bytes(s.K) : q4k_row_bytes(s.K)};
   };
+  const auto tile_at = [&](int tile) { return tile_of(first_of(tile / s.group_tiles, tile % s.group_tiles)); };
   if (threadIdx.x == 0) {
     for (int i = 0; i < s.stages; ++i) {
       mbarrier_init(&full[i], 1);
@@ -154,10 +156,10 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
       if (tile < 0) return false;
     }
     const Tile t = tile_at(tile);
-    const size_t run = s.tile_rows() * t.row_bytes;
+    const size_t run = rows_a_run * t.row_bytes;
     unsigned char* dst = ring + size_t(stage) * s.stage_bytes;
     if constexpr (kRows == RingRows::Q8) {  // the runs' weights, then their scales
-      const size_t scales = s.tile_rows() * size_t(s.K / 16);
+      const size_t scales = rows_a_run * size_t(s.K / 16);
       mbarrier_expect_bytes(&full[stage], unsigned(P * (run + scales)));
 #pragma unroll
       for (int p = 0; p < P; ++p) {
@@ -207,15 +209,24 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   const int chunks = s.K / chunk, per_part = (chunks + split - 1) / split;
   const int c_begin = min(chunks, part * per_part), c_end = min(chunks, c_begin + per_part);
   __shared__ float parts[2][kRingWarps][P];  // split > 1: the warps' sums, by tile parity
+  // The loop's stage and phase, and (in turn, without a cursor) its tile's group and place in
+  // it, stepped rather than divided out of i: three integer divisions a tile were a fifth of
+  // the 1.5B gate/up's instructions (ncu source counters, NOTES v47).
+  int stage = 0, group = int(blockIdx.x) / s.group_tiles, in_group = int(blockIdx.x) % s.group_tiles;
+  unsigned phase = 0;
+  const int group_step = int(gridDim.x) / s.group_tiles, in_group_step = int(gridDim.x) % s.group_tiles;
   for (int i = 0; taking || i < mine; ++i) {
-    const int stage = i % s.stages;
-    int index = int(blockIdx.x) + i * int(gridDim.x);
+    Tile t;
     if (taking) {
-      mbarrier_wait(&known[stage], (i / s.stages) & 1);
-      index = tile_in[stage];
+      mbarrier_wait(&known[stage], phase);
+      const int index = tile_in[stage];
       if (index < 0) break;
+      t = tile_at(index);
+    } else {
+      t = tile_of(first_of(group, in_group));
+      group += group_step, in_group += in_group_step;
+      if (in_group >= s.group_tiles) in_group -= s.group_tiles, ++group;
     }
-    const Tile t = tile_at(index);
     float pre[kPreloads];
 #pragma unroll
     for (int j = 0; j < kPreloads; ++j) pre[j] = 0.0f;
@@ -223,9 +234,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     if (i == 0) trace_mark(6);  // about to wait for its first tile
 #ifdef RUNAHEAD_CUDA_TRACE
     // mark 10 (1-based) only where that tile was not all in when thread 0 came to wait for it
-    if (i == 0 && threadIdx.x == 0 && !mbarrier_ready(&full[stage], (i / s.stages) & 1)) trace_mark(9);
+    if (i == 0 && threadIdx.x == 0 && !mbarrier_ready(&full[stage], phase)) trace_mark(9);
 #endif
-    if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], (i / s.stages) & 1);
+    if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], phase);
     if (i == 0) trace_mark(0);
     trace_mark(1);  // this tile's bytes are in: the last one stays
     const unsigned char* tile = ring + size_t(stage) * s.stage_bytes;
@@ -272,6 +283,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
         epilogue(t.first + unit, sum, pre);
       }
     }
+    if (++stage == s.stages) stage = 0, phase ^= 1;
   }
   trace_mark(2);
 }
