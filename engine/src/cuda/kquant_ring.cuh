@@ -36,6 +36,21 @@ constexpr int kRingBlocksPerSm = 3;  // 2 measured slower on the 7B gate/up (2.7
 #define RUNAHEAD_RING_DIAG 0
 #endif
 
+// Build-time switch, written to measure and not yet run (NOTES v47): 1, the consumers step their
+// stage, its barrier's phase and (without a cursor) their next tile's group and place in it
+// instead of dividing them out of the tile's count each time (three integer divisions a tile
+// were ~20 % of the 1.5B gate/up's instructions, Nsight Compute's source counters). The same
+// tiles in the same order either way; 0 (the default) is the code measured so far, unchanged.
+#ifndef RUNAHEAD_RING_STEPPED
+#define RUNAHEAD_RING_STEPPED 0
+#endif
+// The phase of the consumers' i-th tile's stage barriers (ring_gemv's loop).
+#if RUNAHEAD_RING_STEPPED
+#define RUNAHEAD_RING_PHASE phase
+#else
+#define RUNAHEAD_RING_PHASE ((i / s.stages) & 1)
+#endif
+
 // Which formats a ring's rows have: every row Q4_K, every row Q6_K, Q4_K rows then Q6_K
 // ones (a fused q/k/v whose v, or k and v, are Q6_K), or every row Q8_0.
 enum class RingRows { Q4, Q6, Both, Q8 };
@@ -71,6 +86,9 @@ struct RingShape {
   // next kernel launch.
   RingFlags flags;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
+  __host__ __device__ int first_row(int tile) const {
+    return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
+  }
   __host__ __device__ const uint8_t* row(int r) const {
     return r < q6_from ? q4 + size_t(r) * q4k_row_bytes(K) : q6 + size_t(r - q6_from) * q6k_row_bytes(K);
   }
@@ -113,6 +131,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     bool q6;
     size_t row_bytes;
   };
+#if RUNAHEAD_RING_STEPPED
   // Rows a run of a tile (kRingWarps unless kSplit); tile `tile`'s first row from its group
   // (tile / group_tiles) and its place in it (tile % group_tiles), which the consumers without
   // a cursor step through instead of dividing.
@@ -123,6 +142,13 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     return Tile{first, q6, kRows == RingRows::Q8 ? size_t(s.K) : q6 ? q6k_row_bytes(s.K) : q4k_row_bytes(s.K)};
   };
   const auto tile_at = [&](int tile) { return tile_of(first_of(tile / s.group_tiles, tile % s.group_tiles)); };
+#else
+  const auto tile_at = [&](int tile) {
+    const int first = s.first_row(tile);
+    const bool q6 = kRows == RingRows::Q6 || (kRows == RingRows::Both && first >= s.q6_from);
+    return Tile{first, q6, kRows == RingRows::Q8 ? size_t(s.K) : q6 ? q6k_row_bytes(s.K) : q4k_row_bytes(s.K)};
+  };
+#endif
   if (threadIdx.x == 0) {
     for (int i = 0; i < s.stages; ++i) {
       mbarrier_init(&full[i], 1);
@@ -156,10 +182,18 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
       if (tile < 0) return false;
     }
     const Tile t = tile_at(tile);
+#if RUNAHEAD_RING_STEPPED
     const size_t run = rows_a_run * t.row_bytes;
+#else
+    const size_t run = s.tile_rows() * t.row_bytes;
+#endif
     unsigned char* dst = ring + size_t(stage) * s.stage_bytes;
     if constexpr (kRows == RingRows::Q8) {  // the runs' weights, then their scales
+#if RUNAHEAD_RING_STEPPED
       const size_t scales = rows_a_run * size_t(s.K / 16);
+#else
+      const size_t scales = s.tile_rows() * size_t(s.K / 16);
+#endif
       mbarrier_expect_bytes(&full[stage], unsigned(P * (run + scales)));
 #pragma unroll
       for (int p = 0; p < P; ++p) {
@@ -209,16 +243,16 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   const int chunks = s.K / chunk, per_part = (chunks + split - 1) / split;
   const int c_begin = min(chunks, part * per_part), c_end = min(chunks, c_begin + per_part);
   __shared__ float parts[2][kRingWarps][P];  // split > 1: the warps' sums, by tile parity
-  // The loop's stage and phase, and (in turn, without a cursor) its tile's group and place in
-  // it, stepped rather than divided out of i: three integer divisions a tile were a fifth of
-  // the 1.5B gate/up's instructions (ncu source counters, NOTES v47).
+#if RUNAHEAD_RING_STEPPED
+  // The stage and its phase step with i; so do the tile's group and place in it (tile =
+  // blockIdx.x + i * gridDim.x) where no cursor hands the tiles out.
   int stage = 0, group = int(blockIdx.x) / s.group_tiles, in_group = int(blockIdx.x) % s.group_tiles;
   unsigned phase = 0;
   const int group_step = int(gridDim.x) / s.group_tiles, in_group_step = int(gridDim.x) % s.group_tiles;
   for (int i = 0; taking || i < mine; ++i) {
     Tile t;
     if (taking) {
-      mbarrier_wait(&known[stage], phase);
+      mbarrier_wait(&known[stage], RUNAHEAD_RING_PHASE);
       const int index = tile_in[stage];
       if (index < 0) break;
       t = tile_at(index);
@@ -227,6 +261,17 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
       group += group_step, in_group += in_group_step;
       if (in_group >= s.group_tiles) in_group -= s.group_tiles, ++group;
     }
+#else
+  for (int i = 0; taking || i < mine; ++i) {
+    const int stage = i % s.stages;
+    int index = int(blockIdx.x) + i * int(gridDim.x);
+    if (taking) {
+      mbarrier_wait(&known[stage], RUNAHEAD_RING_PHASE);
+      index = tile_in[stage];
+      if (index < 0) break;
+    }
+    const Tile t = tile_at(index);
+#endif
     float pre[kPreloads];
 #pragma unroll
     for (int j = 0; j < kPreloads; ++j) pre[j] = 0.0f;
@@ -234,9 +279,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     if (i == 0) trace_mark(6);  // about to wait for its first tile
 #ifdef RUNAHEAD_CUDA_TRACE
     // mark 10 (1-based) only where that tile was not all in when thread 0 came to wait for it
-    if (i == 0 && threadIdx.x == 0 && !mbarrier_ready(&full[stage], phase)) trace_mark(9);
+    if (i == 0 && threadIdx.x == 0 && !mbarrier_ready(&full[stage], RUNAHEAD_RING_PHASE)) trace_mark(9);
 #endif
-    if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], phase);
+    if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], RUNAHEAD_RING_PHASE);
     if (i == 0) trace_mark(0);
     trace_mark(1);  // this tile's bytes are in: the last one stays
     const unsigned char* tile = ring + size_t(stage) * s.stage_bytes;
@@ -283,7 +328,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
         epilogue(t.first + unit, sum, pre);
       }
     }
+#if RUNAHEAD_RING_STEPPED
     if (++stage == s.stages) stage = 0, phase ^= 1;
+#endif
   }
   trace_mark(2);
 }
