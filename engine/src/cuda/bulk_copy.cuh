@@ -45,9 +45,10 @@ __device__ __forceinline__ bool mbarrier_ready(uint64_t* bar, unsigned parity) {
       : "memory"));
   return done != 0;
 }
-// Build-time switch, to measure (0, the default: none): the longest a waiting thread may be
-// suspended in one try_wait, in ns (PTX's suspendTimeHint), so that warps waiting for a stage
-// issue fewer turns of the loop beside the warps summing one.
+// Build-time switch (0, the default: none): the longest a waiting thread may be suspended in
+// one try_wait, in ns (PTX's suspendTimeHint), so that warps waiting for a stage issue fewer
+// turns of the loop beside the warps summing one. Measured (NOTES v47, H100): 10 ms and 2 us
+// both x0.998-1.002 on the 1.5B and 7B Q4_K_M and the 7B Q8_0, so it stays off.
 #ifndef RUNAHEAD_MBARRIER_SUSPEND_NS
 #define RUNAHEAD_MBARRIER_SUSPEND_NS 0
 #endif
