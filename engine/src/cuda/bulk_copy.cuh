@@ -45,29 +45,14 @@ __device__ __forceinline__ bool mbarrier_ready(uint64_t* bar, unsigned parity) {
       : "memory"));
   return done != 0;
 }
-// Build-time switch (0, the default: none): the longest a waiting thread may be suspended in
-// one try_wait, in ns (PTX's suspendTimeHint), so that warps waiting for a stage issue fewer
-// turns of the loop beside the warps summing one. Measured (NOTES v47, H100): 10 ms and 2 us
-// both x0.998-1.002 on the 1.5B and 7B Q4_K_M and the 7B Q8_0, so it stays off.
-#ifndef RUNAHEAD_MBARRIER_SUSPEND_NS
-#define RUNAHEAD_MBARRIER_SUSPEND_NS 0
-#endif
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
   unsigned done = 0;
   do {
-#if RUNAHEAD_MBARRIER_SUSPEND_NS > 0
-    RUNAHEAD_SM90(asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(smem_address(bar)), "r"(parity), "n"(RUNAHEAD_MBARRIER_SUSPEND_NS)
-        : "memory"));
-#else
     RUNAHEAD_SM90(asm volatile(
         "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
         : "=r"(done)
         : "r"(smem_address(bar)), "r"(parity)
         : "memory"));
-#endif
   } while (!done);
 }
 // bytes from global src to shared dst; completion is counted on `bar`; `policy`:

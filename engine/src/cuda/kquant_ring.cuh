@@ -86,9 +86,6 @@ struct RingShape {
   // next kernel launch.
   RingFlags flags;
   __host__ __device__ int tile_rows() const { return kRingWarps / split; }
-  __host__ __device__ int first_row(int tile) const {
-    return (tile / group_tiles) * group_rows + (tile % group_tiles) * tile_rows();
-  }
   __host__ __device__ const uint8_t* row(int r) const {
     return r < q6_from ? q4 + size_t(r) * q4k_row_bytes(K) : q6 + size_t(r - q6_from) * q6k_row_bytes(K);
   }
@@ -131,24 +128,16 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     bool q6;
     size_t row_bytes;
   };
-#if RUNAHEAD_RING_STEPPED
-  // Rows a run of a tile (kRingWarps unless kSplit); tile `tile`'s first row from its group
-  // (tile / group_tiles) and its place in it (tile % group_tiles), which the consumers without
-  // a cursor step through instead of dividing.
-  const int rows_a_run = kSplit ? s.tile_rows() : kRingWarps;
-  const auto first_of = [&](int group, int in_group) { return group * s.group_rows + in_group * rows_a_run; };
+  // Rows a run of a tile (kRingWarps unless kSplit: stepped, a constant there); the tile whose
+  // first row is `first`; tile `tile`'s first row from its group (tile / group_tiles) and its
+  // place in it (tile % group_tiles), which stepped consumers without a cursor step through.
+  const auto rows_a_run = [&] { return RUNAHEAD_RING_STEPPED && !kSplit ? kRingWarps : s.tile_rows(); };
+  const auto first_of = [&](int group, int in_group) { return group * s.group_rows + in_group * rows_a_run(); };
   const auto tile_of = [&](int first) {
     const bool q6 = kRows == RingRows::Q6 || (kRows == RingRows::Both && first >= s.q6_from);
     return Tile{first, q6, kRows == RingRows::Q8 ? size_t(s.K) : q6 ? q6k_row_bytes(s.K) : q4k_row_bytes(s.K)};
   };
   const auto tile_at = [&](int tile) { return tile_of(first_of(tile / s.group_tiles, tile % s.group_tiles)); };
-#else
-  const auto tile_at = [&](int tile) {
-    const int first = s.first_row(tile);
-    const bool q6 = kRows == RingRows::Q6 || (kRows == RingRows::Both && first >= s.q6_from);
-    return Tile{first, q6, kRows == RingRows::Q8 ? size_t(s.K) : q6 ? q6k_row_bytes(s.K) : q4k_row_bytes(s.K)};
-  };
-#endif
   if (threadIdx.x == 0) {
     for (int i = 0; i < s.stages; ++i) {
       mbarrier_init(&full[i], 1);
@@ -182,18 +171,10 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
       if (tile < 0) return false;
     }
     const Tile t = tile_at(tile);
-#if RUNAHEAD_RING_STEPPED
-    const size_t run = rows_a_run * t.row_bytes;
-#else
-    const size_t run = s.tile_rows() * t.row_bytes;
-#endif
+    const size_t run = rows_a_run() * t.row_bytes;
     unsigned char* dst = ring + size_t(stage) * s.stage_bytes;
     if constexpr (kRows == RingRows::Q8) {  // the runs' weights, then their scales
-#if RUNAHEAD_RING_STEPPED
-      const size_t scales = rows_a_run * size_t(s.K / 16);
-#else
-      const size_t scales = s.tile_rows() * size_t(s.K / 16);
-#endif
+      const size_t scales = rows_a_run() * size_t(s.K / 16);
       mbarrier_expect_bytes(&full[stage], unsigned(P * (run + scales)));
 #pragma unroll
       for (int p = 0; p < P; ++p) {
