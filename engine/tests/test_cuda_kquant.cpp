@@ -320,6 +320,31 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention give the same logi
 // (H200: the Q4_K model's q/k/v-ring and pair-planar pairs with attention in 16 splits, merged
 // in a cluster or through global memory alike; none at 8, 12 or 32). A wrong row, scale or
 // block is far beyond 1e-2.
+// Every ring (q/k/v's and the residual ones forced, as short and as long rows) prefetching the
+// next ring's first tiles into L2 once its producers have asked for their last (RingPrefetch;
+// RUNAHEAD_CUDA_RING_PREFETCH=KB: 4 KB, a few tiles; 64 MB, past the end of each matrix, so
+// whole matrices) against none: the same bits, since a prefetch moves no data a kernel reads.
+// It leaves the switches it sets unset.
+void check_ring_prefetch(const std::shared_ptr<const ModelWeights>& w, const BackendOptions& options, int V) {
+  setenv("RUNAHEAD_CUDA_KQ_RING", "force", 1);
+  setenv("RUNAHEAD_CUDA_KQ_RING_QKV", "force", 1);
+  setenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL", "1", 1);
+  for (const char* long_rows : {"0", "1"}) {
+    setenv("RUNAHEAD_CUDA_KQ_RING_LONG", long_rows, 1);
+    for (const char* kb : {"4", "65536"}) {
+      CAPTURE(long_rows);
+      CAPTURE(kb);
+      auto [prefetching, none] = switched_pair(w, options, "RUNAHEAD_CUDA_RING_PREFETCH", kb);
+      CHECK(prefetching->describe()["optimizations"]["ring_prefetches_next_kb"] == std::atoi(kb));
+      CHECK(none->describe()["optimizations"]["ring_prefetches_next_kb"] == 0);
+      CHECK(decode_gap(*prefetching, *none, V, 6) == 0.0);
+    }
+  }
+  for (const char* name : {"RUNAHEAD_CUDA_KQ_RING", "RUNAHEAD_CUDA_KQ_RING_QKV", "RUNAHEAD_CUDA_KQ_RING_RESIDUAL",
+                           "RUNAHEAD_CUDA_KQ_RING_LONG"})
+    unsetenv(name);
+}
+
 // gate/up's and q/k/v's rings (q/k/v's forced) with their inputs staged by the consumer warps
 // alone (RUNAHEAD_CUDA_RING_STAGE=consumers) against by every warp (=0, as before NOTES v42):
 // the same int8 inputs, the norm's sum of squares added in other parts (8 warps' instead of 9),
@@ -415,6 +440,8 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
       auto [unwaited, waiting] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_RING_PRODUCER", "1", "ring_producers_unwaited");
       CHECK(decode_gap(*unwaited, *waiting, V, 6) == 0.0);
     }
+    // ... and each ring prefetching the next one's first tiles, two blocks a ring a half each
+    check_ring_prefetch(m.w, options, V);
     unsetenv("RUNAHEAD_CUDA_RING_BLOCKS");
     unsetenv("RUNAHEAD_CUDA_KQ_RING");
     unsetenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL");
@@ -458,6 +485,7 @@ TEST_CASE("cuda q8_0: gate/up, o_proj, down and q/k/v through the bulk-copy ring
     auto [qkv_ring, qkv_loads] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_QKV", "force", "q8_0_qkv_ring");
     CHECK(qkv_ring->describe()["optimizations"]["weights"].get<std::string>().rfind("Q8_0 as stored", 0) == 0);
     check_consumers_stage(m.w, options, V);
+    check_ring_prefetch(m.w, options, V);
     check_decode_gaps({{"gate/up ring", gate_up_ring.get(), gate_up_loads.get()},
                        {"o_proj/down ring", residual_ring.get(), residual_loads.get()},
                        {"long, split 8", long8.get(), long1.get()},

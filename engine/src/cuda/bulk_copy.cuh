@@ -66,6 +66,11 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
       : "memory"));
 }
 
+// bytes (a multiple of 16) from global src, 16-byte aligned, into L2 (no completion to wait for).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, unsigned bytes) {
+  RUNAHEAD_SM90(asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory"));
+}
+
 // The L2 policy of the weights' bulk copies: read once per step, so first to leave.
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t policy = 0;

@@ -245,6 +245,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"ring_inputs_staged_by_consumers", ring_flags_.consumers_stage},
               {"residual_ring_inputs_copied_by_consumers", residual_tuning_.flags.consumers_stage},
               {"ring_producers_unwaited", ring_flags_.producer_unwaited && ring_flags_.consumers_stage},
+              {"ring_prefetches_next_kb", ring_prefetch_ / 1024},
               {"down_launched_before_its_quantize_waits", !layers_.empty() && down_quantized_early()},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"decode_attention_partials_counted", attention_.counted},
@@ -695,6 +696,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0: down launched before its quantize waits always /
     // never (RingTuning::quantize_early; its rule otherwise), to measure.
     residual_tuning_.quantize_early = env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "1") ? 1 : env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "0") ? -1 : 0;
+    // RUNAHEAD_CUDA_RING_PREFETCH=KB: each ring prefetches that many KB of the next ring's first
+    // tiles into L2 (kernels.h RingPrefetch), to measure.
+    if (const char* kb = std::getenv("RUNAHEAD_CUDA_RING_PREFETCH")) ring_prefetch_ = size_t(std::max(0, std::atoi(kb))) * 1024;
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");
@@ -937,18 +941,49 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     embedding_lookup(embed_.get(), embed_dtype_, embed_scale_.get(), c_.hidden_size, tokens_d_.get<int32_t>(), n,
                      x_.get<float>(), stream_);
   }
-  void enqueue_qkv(int l, int n) {
-    rmsnorm_qkv_rope_append(qkv_args(l), x_.get<float>(), n, pos_d_.get<int>(), q_.get<float>(), sms_, stream_,
-                            qkv_ring_);
+  void enqueue_qkv(int l, int n, const RingPrefetch& next = {}) {
+    QkvRope a = qkv_args(l);
+    a.ring_flags.next = next;
+    rmsnorm_qkv_rope_append(a, x_.get<float>(), n, pos_d_.get<int>(), q_.get<float>(), sms_, stream_, qkv_ring_);
   }
   void enqueue_attention(int l, int n) {
     attention_decode(attention_args(l), q_.get<float>(), n, pos_d_.get<int>(), att_.get<float>(), stream_);
   }
-  void enqueue_gate_up(int l, int n) {
+  void enqueue_gate_up(int l, int n, const RingPrefetch& next = {}) {
     const DeviceLayer& d = layers_[l];
+    RingFlags flags = ring_flags_;
+    flags.next = next;
     rmsnorm_gate_up_swiglu(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), d.mlp_norm.get<float>(),
                            c_.rms_norm_eps, c_.hidden_size, c_.intermediate_size, x_.get<float>(), n, act_.get<float>(),
-                           q8_inputs(), sms_, stream_, gate_up_ring_, ring_cursor(l, 1), ring_flags_);
+                           q8_inputs(), sms_, stream_, gate_up_ring_, ring_cursor(l, 1), flags);
+  }
+  // The first ring_prefetch_ bytes of the ring after op `i` of layer l (the next op with a
+  // matrix: in this layer, else the next layer's first; none after the last layer's last), for
+  // that op's ring to prefetch (kernels.h RingPrefetch); none where ring_prefetch_ is 0.
+  RingPrefetch next_ring_prefix(int l, size_t i) const {
+    if (ring_prefetch_ == 0) return {};
+    const int H = c_.hidden_size, I = c_.intermediate_size;
+    for (;;) {
+      if (++i == layer_ops_.size()) {
+        i = 0;
+        if (++l == c_.num_layers) return {};
+      }
+      const Op& op = layer_ops_[i];
+      switch (op.kind) {
+        case OpKind::RmsnormQkvRopeAppend: return qkv_ring_prefix(qkv_args(l), qkv_ring_, sms_, ring_prefetch_);
+        case OpKind::Attention: continue;
+        case OpKind::MatmulResidual: {
+          const Tensor& w = w_->layers[l][op.weight];
+          return residual_ring_prefix(layers_[l].matrix(op.weight), layer_dtype_, layers_[l].matrix_scale(op.weight),
+                                      int(w.rows()), int(w.cols()), residual_ring_, residual_tuning_, ring_prefetch_);
+        }
+        case OpKind::RmsnormGateUpSwiglu: {
+          const DeviceLayer& d = layers_[l];
+          return gate_up_ring_prefix(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), H, I, gate_up_ring_, sms_,
+                                     ring_prefetch_);
+        }
+      }
+    }
   }
   // Layer l's pair of ints for the ring of its o_proj (0), gate/up (1) or down (2), or null
   // (RUNAHEAD_CUDA_RING_CURSOR=0: the blocks take their tiles in turn, to measure).
@@ -971,16 +1006,18 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     return ring(Role::Wo) && ring(Role::WDown);
   }
   // x += in W^T for the layer's matrix `role` (o_proj or down).
-  void enqueue_matmul_residual(int l, Role role, const float* in, int n) {
+  void enqueue_matmul_residual(int l, Role role, const float* in, int n, const RingPrefetch& next = {}) {
     const Tensor& w = w_->layers[l][role];
     const bool from_attention = attention_q8_ && in == att_.get<float>();
     // Down reads its inputs pair-planar (7B Q4_K_M down 653 -> 635 us a step); o_proj a chunk a
     // lane, as attention's merge writes them: the same bits whether it or a launch quantizes.
     Q8Scratch q8 = q8_inputs();
     if (role != Role::WDown) q8.planar = nullptr;
+    RingTuning tuning = residual_tuning_;
+    tuning.flags.next = next;
     matvec_residual_add(layers_[l].matrix(role), layer_dtype_, layers_[l].matrix_scale(role), int(w.rows()),
                         int(w.cols()), in, n, x_.get<float>(), q8, sms_, stream_, from_attention,
-                        residual_ring_, residual_tuning_, ring_cursor(l, role == Role::Wo ? 0 : 2));
+                        residual_ring_, tuning, ring_cursor(l, role == Role::Wo ? 0 : 2));
   }
 
   float* buffer(Buffer b) const {
@@ -995,12 +1032,16 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   // One op of the model's layer (model/arch/) on the matrix-vector path. The fused kernels
   // read and write the buffers the architecture names for them: x, q, att, act.
+  // A ring prefetches the next one's first bytes where RUNAHEAD_CUDA_RING_PREFETCH asks.
   void enqueue_op(const Op& op, int l, int n) override {
+    const RingPrefetch next =
+        n == 1 ? next_ring_prefix(l, size_t(std::find(layer_ops_.begin(), layer_ops_.end(), op) - layer_ops_.begin()))
+               : RingPrefetch{};
     switch (op.kind) {
-      case OpKind::RmsnormQkvRopeAppend: enqueue_qkv(l, n); break;
+      case OpKind::RmsnormQkvRopeAppend: enqueue_qkv(l, n, next); break;
       case OpKind::Attention: enqueue_attention(l, n); break;
-      case OpKind::MatmulResidual: enqueue_matmul_residual(l, op.weight, buffer(op.in), n); break;
-      case OpKind::RmsnormGateUpSwiglu: enqueue_gate_up(l, n); break;
+      case OpKind::MatmulResidual: enqueue_matmul_residual(l, op.weight, buffer(op.in), n, next); break;
+      case OpKind::RmsnormGateUpSwiglu: enqueue_gate_up(l, n, next); break;
     }
   }
 
@@ -1272,6 +1313,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
+  size_t ring_prefetch_ = 0;  // bytes of the next ring's first tiles each ring prefetches (allocate())
   RingFlags ring_flags_;  // allocate(): every ring's RingShape::flags (residual_tuning_ has the residual rings')
   DeviceBuffer ring_cursors_;      // ring_cursor(): 3 pairs of ints a layer, or none
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring

@@ -122,4 +122,9 @@ bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale,
   return gate_up_ring_launch(w_gate_up, dtype, scale, H, I, 1, ring, sms).shape.stages > 0;
 }
 
+RingPrefetch gate_up_ring_prefix(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring,
+                                 int sms, size_t bytes) {
+  return ring_prefix(gate_up_ring_launch(w_gate_up, dtype, scale, H, I, 1, ring, sms).shape, 2, bytes);
+}
+
 }  // namespace runahead::cuda

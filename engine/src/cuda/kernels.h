@@ -80,6 +80,19 @@ enum class KqRing { Off, Auto, Forced };
 // stage in flight, the 7B 3 % (NOTES.md v36). The backend reads RUNAHEAD_CUDA_RING_IN_FLIGHT=n at
 // load (0: every stage) and passes it to each ring's launch.
 constexpr int kRingTilesInFlight = 1;
+// The first bytes the next ring will read (its first tiles' runs of rows, kquant_ring.cuh
+// ring_prefix), at most kRingPrefetchRanges runs of bytes, each a multiple of 16 at an address
+// aligned to 16: a ring's producers, each once it has asked for its block's last tile, prefetch
+// them into L2, every block an equal part, so that memory goes on streaming weights while this
+// ring's last tiles are summed and the next ring's blocks start and stage their inputs (the
+// kernels between, attention or a quantize, read little). None by default: the backend sets it
+// where RUNAHEAD_CUDA_RING_PREFETCH=KB asks (that many KB of the next matrix's first tiles), to
+// measure (NOTES v49).
+constexpr int kRingPrefetchRanges = 4;
+struct RingPrefetch {
+  const void* at[kRingPrefetchRanges] = {};
+  unsigned bytes[kRingPrefetchRanges] = {};
+};
 // How a bulk-copy ring's blocks run, as the backend reads it at load and hands to each ring's
 // launch (kquant_ring.cuh RingShape::flags).
 struct RingFlags {
@@ -92,6 +105,7 @@ struct RingFlags {
   // With consumers_stage: the producer warp, which then reads weights alone, does not wait for
   // the kernel before (NOTES v42; RUNAHEAD_CUDA_RING_PRODUCER=0: it waits, to measure).
   bool producer_unwaited = true;
+  RingPrefetch next;  // the next ring's first bytes, this launch's own (none by default)
 };
 // Whether this device runs the rings (bulk copies: compute capability 9.0 or more).
 bool rings_run_here();
@@ -126,6 +140,9 @@ struct QkvRope {
 void rmsnorm_qkv_rope_append(const QkvRope& a, const float* x, int n, const int* pos, float* q_out,
                              int sms, cudaStream_t stream, KqRing ring = KqRing::Off);
 bool qkv_ring_applies(const QkvRope& a, KqRing ring, int sms);
+// The first `bytes` (rounded to whole tiles) that one token's q/k/v ring would read, or none
+// where no ring applies (RingPrefetch; likewise residual_ring_prefix, gate_up_ring_prefix).
+RingPrefetch qkv_ring_prefix(const QkvRope& a, KqRing ring, int sms, size_t bytes);
 
 // attention.cu — out[t, h] = softmax(q[t, h] . K[0 : p+1]^T / sqrt(head_dim)) V[0 : p+1]
 // with p = *pos + t and K, V the cache rows of kv head h / (heads / kv_heads). Split-K:
@@ -190,6 +207,8 @@ void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows
 // (Q4_K rows of one format or Q8_0 rows; ring not Off; a device with bulk copies).
 bool residual_ring_applies(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
                            RingTuning tuning = {});
+RingPrefetch residual_ring_prefix(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
+                                  RingTuning tuning, size_t bytes);
 // Whether one token's quantize launch before that matrix's lets it launch before its own wait
 // (RingTuning::quantize_early).
 bool residual_quantizes_early(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
@@ -206,6 +225,8 @@ void rmsnorm_gate_up_swiglu(const void* w_gate_up, DType dtype, const void* scal
                             cudaStream_t stream, KqRing ring = KqRing::Auto, int* ring_cursor = nullptr,
                             const RingFlags& ring_flags = {});
 bool gate_up_ring_applies(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring, int sms);
+RingPrefetch gate_up_ring_prefix(const void* w_gate_up, DType dtype, const void* scale, int H, int I, KqRing ring,
+                                 int sms, size_t bytes);
 
 // lm_head_argmax.cu — logits[t, :] = rmsnorm(x[t]) * norm . W^T and tokens[t] = argmax (first
 // on ties) for t < n   W: [V, H], x: [n, H], logits: [n, V]; then `end`.

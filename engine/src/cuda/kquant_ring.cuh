@@ -92,6 +92,16 @@ struct RingShape {
   }
 };
 
+// This block's part of the next ring's first bytes (RingPrefetch), prefetched into L2: of each
+// run, the gridDim.x-th part from blockIdx.x's on, in multiples of 16 bytes.
+__device__ __forceinline__ void ring_prefetch_next(const RingPrefetch& next) {
+#pragma unroll
+  for (int j = 0; j < kRingPrefetchRanges; ++j) {
+    const unsigned bytes = next.bytes[j], part = (bytes / gridDim.x + 15) / 16 * 16, from = blockIdx.x * part;
+    if (from < bytes) bulk_prefetch_l2(static_cast<const unsigned char*>(next.at[j]) + from, min(part, bytes - from));
+  }
+}
+
 // A barrier of the consumer warps alone (the producer warp has left: named barrier 1).
 __device__ __forceinline__ void consumer_barrier() { sync_first_threads(kRingWarps * kWarp); }
 
@@ -210,6 +220,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   const auto produce = [&] {  // the producer warp, after the wait (or unwaited): the rest of its tiles
     if (producer && RUNAHEAD_RING_DIAG != 2)
       for (; more && (taking || issued < mine); ++issued) more = issue(issued);
+    if (producer) ring_prefetch_next(s.flags.next);
     if (producer && taking) {  // every producer done: the last sets the pair back to zero
       __threadfence();
       if (atomicAdd(s.cursor + 1, 1) == int(gridDim.x) - 1) s.cursor[0] = 0, s.cursor[1] = 0;
@@ -390,6 +401,39 @@ inline RingShape ring_shape(const void* q4, const void* q6, int q6_from, int K, 
   s.stages = stages >= min_stages ? stages : 0;
   return s;
 }
+// The first `bytes` of the tiles `s` reads (rounded up to whole tiles; none where its ring does
+// not apply): tile t of a grouped shape (q/k/v) lies in rows [0, (t / group_tiles + 1) *
+// group_rows), of a plain one (P runs) in rows [p * run_rows, p * run_rows + (t + 1) * tile
+// rows) of each run p; the rows' bytes are Q4_K rows then Q6_K ones from q6_from on, or a Q8_0
+// matrix's int8 weights and their scales.
+inline RingPrefetch ring_prefix(const RingShape& s, int P, size_t bytes) {
+  RingPrefetch f;
+  if (s.stages == 0 || bytes == 0) return f;
+  const int tiles = int(std::min<size_t>(size_t(s.tiles), (bytes + s.stage_bytes - 1) / size_t(s.stage_bytes)));
+  int n = 0;
+  const auto add = [&](const void* at, size_t count) {
+    if (count > 0 && n < kRingPrefetchRanges) f.at[n] = at, f.bytes[n++] = unsigned(count);
+  };
+  const auto add_rows = [&](int from, int to) {
+    if (s.q8) {
+      add(s.q8 + size_t(from) * s.K, size_t(to - from) * s.K);
+      add(s.q8_scales + size_t(from) * (s.K / 32), size_t(to - from) * (s.K / 16));
+      return;
+    }
+    const int q6 = std::clamp(s.q6_from, from, to);
+    if (q6 > from) add(s.row(from), size_t(q6 - from) * q4k_row_bytes(s.K));
+    if (to > q6) add(s.row(q6), size_t(to - q6) * q6k_row_bytes(s.K));
+  };
+  if (s.group_rows > 0) {
+    const int groups = (s.tiles + s.group_tiles - 1) / s.group_tiles;
+    add_rows(0, std::min(groups, (tiles + s.group_tiles - 1) / s.group_tiles) * s.group_rows);
+  } else {
+    for (int p = 0; p < P; ++p)
+      add_rows(p * s.run_rows, p * s.run_rows + std::min(s.run_rows, tiles * s.tile_rows()));
+  }
+  return f;
+}
+
 // A plain matrix of total_rows rows, or gate/up (P = 2: the first half's rows, then the
 // second's), every row of one format: tile t is rows (8 / split) t.. of each run. q8: a Q8_0
 // matrix (w its weights, scale their scales), else K-quant rows of one format (q4 or q6).

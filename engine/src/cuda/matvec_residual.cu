@@ -127,6 +127,12 @@ bool residual_ring_applies(const void* w, DType dtype, const void* scale, int ro
   return residual_ring_of(w, dtype, scale, rows, K, ring, tuning).stages > 0;
 }
 
+RingPrefetch residual_ring_prefix(const void* w, DType dtype, const void* scale, int rows, int K, KqRing ring,
+                                  RingTuning tuning, size_t bytes) {
+  const RingShape shape = residual_ring_of(w, dtype, scale, rows, K, ring, tuning);
+  return ring_prefix(shape, shape.run_rows < rows ? 2 : 1, bytes);
+}
+
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized, KqRing ring,
                          RingTuning tuning, int* ring_cursor) {

@@ -269,6 +269,10 @@ bool qkv_ring_applies(const QkvRope& a, KqRing ring, int sms) {
   return qkv_ring_launch(a, 1, ring, sms).shape.stages > 0;
 }
 
+RingPrefetch qkv_ring_prefix(const QkvRope& a, KqRing ring, int sms, size_t bytes) {
+  return ring_prefix(qkv_ring_launch(a, 1, ring, sms).shape, 2, bytes);
+}
+
 void bias_rope_append(const QkvRope& a, const float* qkv, int n, const int* pos, float* q_out,
                       cudaStream_t stream) {
   if (a.q_norm) {
