@@ -246,6 +246,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"residual_ring_inputs_copied_by_consumers", residual_tuning_.flags.consumers_stage},
               {"ring_producers_unwaited", ring_flags_.producer_unwaited && ring_flags_.consumers_stage},
               {"ring_prefetches_next_kb", ring_prefetch_ / 1024},
+              {"ring_prefetches_next_early", ring_prefetch_ > 0 && ring_flags_.prefetch_early},
               {"down_launched_before_its_quantize_waits", !layers_.empty() && down_quantized_early()},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"decode_attention_partials_counted", attention_.counted},
@@ -691,14 +692,15 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // measure (kernels.h RingFlags); =consumers keeps the norm-fused rings' alone.
     ring_flags_.consumers_stage = !env_is("RUNAHEAD_CUDA_RING_STAGE", "0");
     ring_flags_.producer_unwaited = !env_is("RUNAHEAD_CUDA_RING_PRODUCER", "0");
+    // RUNAHEAD_CUDA_RING_PREFETCH=KB: each ring prefetches that many KB of the next ring's first
+    // tiles into L2 (kernels.h RingPrefetch); =..._EARLY=1 right after their first (RingFlags), to measure.
+    if (const char* kb = std::getenv("RUNAHEAD_CUDA_RING_PREFETCH")) ring_prefetch_ = size_t(std::max(0, std::atoi(kb))) * 1024;
+    ring_flags_.prefetch_early = env_is("RUNAHEAD_CUDA_RING_PREFETCH_EARLY", "1");
     residual_tuning_.flags = ring_flags_;
     residual_tuning_.flags.consumers_stage = ring_flags_.consumers_stage && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
     // RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0: down launched before its quantize waits always /
     // never (RingTuning::quantize_early; its rule otherwise), to measure.
     residual_tuning_.quantize_early = env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "1") ? 1 : env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "0") ? -1 : 0;
-    // RUNAHEAD_CUDA_RING_PREFETCH=KB: each ring prefetches that many KB of the next ring's first
-    // tiles into L2 (kernels.h RingPrefetch), to measure.
-    if (const char* kb = std::getenv("RUNAHEAD_CUDA_RING_PREFETCH")) ring_prefetch_ = size_t(std::max(0, std::atoi(kb))) * 1024;
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");

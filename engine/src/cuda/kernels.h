@@ -106,6 +106,9 @@ struct RingFlags {
   // the kernel before (NOTES v42; RUNAHEAD_CUDA_RING_PRODUCER=0: it waits, to measure).
   bool producer_unwaited = true;
   RingPrefetch next;  // the next ring's first bytes, this launch's own (none by default)
+  // The producers prefetch `next` right after asking for their block's first tiles rather than
+  // after its last (RUNAHEAD_CUDA_RING_PREFETCH_EARLY=1, to measure).
+  bool prefetch_early = false;
 };
 // Whether this device runs the rings (bulk copies: compute capability 9.0 or more).
 bool rings_run_here();

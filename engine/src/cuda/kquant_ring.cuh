@@ -97,7 +97,8 @@ struct RingShape {
 __device__ __forceinline__ void ring_prefetch_next(const RingPrefetch& next) {
 #pragma unroll
   for (int j = 0; j < kRingPrefetchRanges; ++j) {
-    const unsigned bytes = next.bytes[j], part = (bytes / gridDim.x + 15) / 16 * 16, from = blockIdx.x * part;
+    const unsigned bytes = next.bytes[j], part = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+    const unsigned from = blockIdx.x * part;
     if (from < bytes) bulk_prefetch_l2(static_cast<const unsigned char*>(next.at[j]) + from, min(part, bytes - from));
   }
 }
@@ -207,6 +208,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   if (producer) {
     policy = evict_first_policy();
     for (; more && issued < first_round; ++issued) more = issue(issued);
+    if (s.flags.prefetch_early) ring_prefetch_next(s.flags.next);
   }
   // The producer warp, where the consumers stage the inputs, reads the weights and this launch's
   // cursor pair alone, so it may skip the wait (flags.producer_unwaited): the kernel before this one
@@ -220,7 +222,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   const auto produce = [&] {  // the producer warp, after the wait (or unwaited): the rest of its tiles
     if (producer && RUNAHEAD_RING_DIAG != 2)
       for (; more && (taking || issued < mine); ++issued) more = issue(issued);
-    if (producer) ring_prefetch_next(s.flags.next);
+    if (producer && !s.flags.prefetch_early) ring_prefetch_next(s.flags.next);
     if (producer && taking) {  // every producer done: the last sets the pair back to zero
       __threadfence();
       if (atomicAdd(s.cursor + 1, 1) == int(gridDim.x) - 1) s.cursor[0] = 0, s.cursor[1] = 0;
