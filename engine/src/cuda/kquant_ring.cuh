@@ -36,7 +36,7 @@ constexpr int kRingBlocksPerSm = 3;  // 2 measured slower on the 7B gate/up (2.7
 #define RUNAHEAD_RING_DIAG 0
 #endif
 
-// Build-time switch, written to measure and not yet run (NOTES v47; v48: no machine came): 1,
+// Build-time switch, written to measure and not yet run (NOTES v47; v48, v49: no machine came): 1,
 // the consumers step their stage, its barrier's phase and (without a cursor) their next tile's
 // group and place in it instead of dividing them out of the tile's count each time (three integer
 // divisions a tile were ~20 % of the 1.5B gate/up's instructions, Nsight Compute's source
