@@ -323,8 +323,8 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention give the same logi
 // Every ring (q/k/v's and the residual ones forced, as short and as long rows) prefetching the
 // next ring's first tiles into L2 once its producers have asked for their last (RingPrefetch;
 // RUNAHEAD_CUDA_RING_PREFETCH=KB: 4 KB, a few tiles; 64 MB, past the end of each matrix, so
-// whole matrices; and 4 MB prefetched early) against none: the same bits, since a prefetch
-// moves no data a kernel reads.
+// whole matrices) against none (=0): the same bits, since a prefetch moves no data a kernel
+// reads; and the default's amount reported.
 // It leaves the switches it sets unset.
 void check_ring_prefetch(const std::shared_ptr<const ModelWeights>& w, const BackendOptions& options, int V) {
   setenv("RUNAHEAD_CUDA_KQ_RING", "force", 1);
@@ -341,12 +341,7 @@ void check_ring_prefetch(const std::shared_ptr<const ModelWeights>& w, const Bac
       CHECK(decode_gap(*prefetching, *none, V, 6) == 0.0);
     }
   }
-  // ... and prefetched right after the producers' first tiles (RUNAHEAD_CUDA_RING_PREFETCH_EARLY=1)
-  setenv("RUNAHEAD_CUDA_RING_PREFETCH_EARLY", "1", 1);
-  auto [early, none] = switched_pair(w, options, "RUNAHEAD_CUDA_RING_PREFETCH", "4096");
-  CHECK(early->describe()["optimizations"]["ring_prefetches_next_early"] == true);
-  CHECK(decode_gap(*early, *none, V, 6) == 0.0);
-  unsetenv("RUNAHEAD_CUDA_RING_PREFETCH_EARLY");
+  CHECK(make_cuda_backend(w, options)->describe()["optimizations"]["ring_prefetches_next_kb"] == cuda::kRingPrefetchKb);
   for (const char* name : {"RUNAHEAD_CUDA_KQ_RING", "RUNAHEAD_CUDA_KQ_RING_QKV", "RUNAHEAD_CUDA_KQ_RING_RESIDUAL",
                            "RUNAHEAD_CUDA_KQ_RING_LONG"})
     unsetenv(name);

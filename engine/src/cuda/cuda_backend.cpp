@@ -246,7 +246,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"residual_ring_inputs_copied_by_consumers", residual_tuning_.flags.consumers_stage},
               {"ring_producers_unwaited", ring_flags_.producer_unwaited && ring_flags_.consumers_stage},
               {"ring_prefetches_next_kb", ring_prefetch_ / 1024},
-              {"ring_prefetches_next_early", ring_prefetch_ > 0 && ring_flags_.prefetch_early},
               {"down_launched_before_its_quantize_waits", !layers_.empty() && down_quantized_early()},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"decode_attention_partials_counted", attention_.counted},
@@ -693,9 +692,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     ring_flags_.consumers_stage = !env_is("RUNAHEAD_CUDA_RING_STAGE", "0");
     ring_flags_.producer_unwaited = !env_is("RUNAHEAD_CUDA_RING_PRODUCER", "0");
     // RUNAHEAD_CUDA_RING_PREFETCH=KB: each ring prefetches that many KB of the next ring's first
-    // tiles into L2 (kernels.h RingPrefetch); =..._EARLY=1 right after their first (RingFlags), to measure.
-    if (const char* kb = std::getenv("RUNAHEAD_CUDA_RING_PREFETCH")) ring_prefetch_ = size_t(std::max(0, std::atoi(kb))) * 1024;
-    ring_flags_.prefetch_early = env_is("RUNAHEAD_CUDA_RING_PREFETCH_EARLY", "1");
+    // tiles into L2 instead of kRingPrefetchKb (kernels.h RingPrefetch; 0 none), to measure.
+    const char* kb = std::getenv("RUNAHEAD_CUDA_RING_PREFETCH");
+    ring_prefetch_ = size_t(kb ? std::max(0, std::atoi(kb)) : kRingPrefetchKb) * 1024;
     residual_tuning_.flags = ring_flags_;
     residual_tuning_.flags.consumers_stage = ring_flags_.consumers_stage && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
     // RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0: down launched before its quantize waits always /
@@ -960,8 +959,9 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                            q8_inputs(), sms_, stream_, gate_up_ring_, ring_cursor(l, 1), flags);
   }
   // The first ring_prefetch_ bytes of the ring after op `i` of layer l (the next op with a
-  // matrix: in this layer, else the next layer's first; none after the last layer's last), for
-  // that op's ring to prefetch (kernels.h RingPrefetch); none where ring_prefetch_ is 0.
+  // matrix: in this layer, else the next layer's first; none after the last layer's last: lm_head
+  // is not a ring), for that op's ring to prefetch (kernels.h RingPrefetch); none where
+  // ring_prefetch_ is 0.
   RingPrefetch next_ring_prefix(int l, size_t i) const {
     if (ring_prefetch_ == 0) return {};
     const int H = c_.hidden_size, I = c_.intermediate_size;
@@ -1034,7 +1034,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
 
   // One op of the model's layer (model/arch/) on the matrix-vector path. The fused kernels
   // read and write the buffers the architecture names for them: x, q, att, act.
-  // A ring prefetches the next one's first bytes where RUNAHEAD_CUDA_RING_PREFETCH asks.
+  // A ring prefetches the next one's first ring_prefetch_ bytes.
   void enqueue_op(const Op& op, int l, int n) override {
     const RingPrefetch next =
         n == 1 ? next_ring_prefix(l, size_t(std::find(layer_ops_.begin(), layer_ops_.end(), op) - layer_ops_.begin()))
@@ -1315,7 +1315,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   DeviceBuffer h_bf16_, qkv_, gate_up_;  // tensor-core prefill only
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
-  size_t ring_prefetch_ = 0;  // bytes of the next ring's first tiles each ring prefetches (allocate())
+  size_t ring_prefetch_ = 0;  // bytes of the next ring's first tiles each ring prefetches (allocate(): kRingPrefetchKb KB)
   RingFlags ring_flags_;  // allocate(): every ring's RingShape::flags (residual_tuning_ has the residual rings')
   DeviceBuffer ring_cursors_;      // ring_cursor(): 3 pairs of ints a layer, or none
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring

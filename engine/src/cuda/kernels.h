@@ -85,9 +85,13 @@ constexpr int kRingTilesInFlight = 1;
 // aligned to 16: a ring's producers, each once it has asked for its block's last tile, prefetch
 // them into L2, every block an equal part, so that memory goes on streaming weights while this
 // ring's last tiles are summed and the next ring's blocks start and stage their inputs (the
-// kernels between, attention or a quantize, read little). None by default: the backend sets it
-// where RUNAHEAD_CUDA_RING_PREFETCH=KB asks (that many KB of the next matrix's first tiles), to
-// measure (NOTES v49).
+// kernels between, attention or a quantize, read little). The backend asks for the first
+// kRingPrefetchKb KB of the next matrix's tiles (RUNAHEAD_CUDA_RING_PREFETCH=KB sets another
+// amount, 0 none, to measure). H100, ms/token against none (NOTES v49): 1.5B Q4_K_M x0.978-0.983,
+// 7B Q4_K_M x0.996-0.999, 7B Q8_0 x0.995-0.996; 8 MB: x0.968 / 0.990 / 1.008-1.011 (on the
+// stepped consumers); prefetched right after a producer's first tiles instead of after its last:
+// 1.5B x0.982-0.986, 7B Q4_K_M x1.007-1.011 (removed).
+constexpr int kRingPrefetchKb = 2048;
 constexpr int kRingPrefetchRanges = 4;
 struct RingPrefetch {
   const void* at[kRingPrefetchRanges] = {};
@@ -106,9 +110,6 @@ struct RingFlags {
   // the kernel before (NOTES v42; RUNAHEAD_CUDA_RING_PRODUCER=0: it waits, to measure).
   bool producer_unwaited = true;
   RingPrefetch next;  // the next ring's first bytes, this launch's own (none by default)
-  // The producers prefetch `next` right after asking for their block's first tiles rather than
-  // after its last (RUNAHEAD_CUDA_RING_PREFETCH_EARLY=1, to measure).
-  bool prefetch_early = false;
 };
 // Whether this device runs the rings (bulk copies: compute capability 9.0 or more).
 bool rings_run_here();

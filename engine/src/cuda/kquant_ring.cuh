@@ -1,7 +1,9 @@
 #pragma once
 // One token's product with a K-quant or Q8_0 matrix through a ring of bulk copies in shared memory. A
 // producer thread copies tiles into `stages` stages, starting before pdl_wait (weights do not
-// depend on the previous kernel), and keeps them in flight without holding registers;
+// depend on the previous kernel), and keeps them in flight without holding registers (once it
+// has asked for its last, it prefetches its part of the next ring's first tiles into L2:
+// RingPrefetch);
 // kRingWarps consumer warps take a unit each from a tile. A tile is P runs of kRingWarps
 // consecutive rows of one format (gate/up: its 8 gate rows, then the matching 8 up rows; q/k/v:
 // 8 rows of a head and the 8 that RoPE rotates with them; a plain matrix: 8 rows), a unit is
@@ -34,22 +36,6 @@ constexpr int kRingBlocksPerSm = 3;  // 2 measured slower on the 7B gate/up (2.7
 // products alone, on the shapes' real tiles). The results are wrong in both.
 #ifndef RUNAHEAD_RING_DIAG
 #define RUNAHEAD_RING_DIAG 0
-#endif
-
-// Build-time switch, written to measure and not yet run (NOTES v47; v48, v49: no machine came): 1,
-// the consumers step their stage, its barrier's phase and (without a cursor) their next tile's
-// group and place in it instead of dividing them out of the tile's count each time (three integer
-// divisions a tile were ~20 % of the 1.5B gate/up's instructions, Nsight Compute's source
-// counters). The same tiles in the same order either way; 0 (the default) is the code measured
-// so far, unchanged.
-#ifndef RUNAHEAD_RING_STEPPED
-#define RUNAHEAD_RING_STEPPED 0
-#endif
-// The phase of the consumers' i-th tile's stage barriers (ring_gemv's loop).
-#if RUNAHEAD_RING_STEPPED
-#define RUNAHEAD_RING_PHASE phase
-#else
-#define RUNAHEAD_RING_PHASE ((i / s.stages) & 1)
 #endif
 
 // Which formats a ring's rows have: every row Q4_K, every row Q6_K, Q4_K rows then Q6_K
@@ -140,10 +126,10 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     bool q6;
     size_t row_bytes;
   };
-  // Rows a run of a tile (kRingWarps unless kSplit: stepped, a constant there); the tile whose
-  // first row is `first`; tile `tile`'s first row from its group (tile / group_tiles) and its
-  // place in it (tile % group_tiles), which stepped consumers without a cursor step through.
-  const auto rows_a_run = [&] { return RUNAHEAD_RING_STEPPED && !kSplit ? kRingWarps : s.tile_rows(); };
+  // Rows a run of a tile (kRingWarps unless kSplit: a constant there); the tile whose first row
+  // is `first`; tile `tile`'s first row from its group (tile / group_tiles) and its place in it
+  // (tile % group_tiles), which the consumers without a cursor step through.
+  const auto rows_a_run = [&] { return kSplit ? s.tile_rows() : kRingWarps; };
   const auto first_of = [&](int group, int in_group) { return group * s.group_rows + in_group * rows_a_run(); };
   const auto tile_of = [&](int first) {
     const bool q6 = kRows == RingRows::Q6 || (kRows == RingRows::Both && first >= s.q6_from);
@@ -208,7 +194,6 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   if (producer) {
     policy = evict_first_policy();
     for (; more && issued < first_round; ++issued) more = issue(issued);
-    if (s.flags.prefetch_early) ring_prefetch_next(s.flags.next);
   }
   // The producer warp, where the consumers stage the inputs, reads the weights and this launch's
   // cursor pair alone, so it may skip the wait (flags.producer_unwaited): the kernel before this one
@@ -222,7 +207,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   const auto produce = [&] {  // the producer warp, after the wait (or unwaited): the rest of its tiles
     if (producer && RUNAHEAD_RING_DIAG != 2)
       for (; more && (taking || issued < mine); ++issued) more = issue(issued);
-    if (producer && !s.flags.prefetch_early) ring_prefetch_next(s.flags.next);
+    if (producer) ring_prefetch_next(s.flags.next);
     if (producer && taking) {  // every producer done: the last sets the pair back to zero
       __threadfence();
       if (atomicAdd(s.cursor + 1, 1) == int(gridDim.x) - 1) s.cursor[0] = 0, s.cursor[1] = 0;
@@ -238,16 +223,17 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
   const int chunks = s.K / chunk, per_part = (chunks + split - 1) / split;
   const int c_begin = min(chunks, part * per_part), c_end = min(chunks, c_begin + per_part);
   __shared__ float parts[2][kRingWarps][P];  // split > 1: the warps' sums, by tile parity
-#if RUNAHEAD_RING_STEPPED
   // The stage and its phase step with i; so do the tile's group and place in it (tile =
-  // blockIdx.x + i * gridDim.x) where no cursor hands the tiles out.
+  // blockIdx.x + i * gridDim.x) where no cursor hands the tiles out. Divided out of i and the
+  // tile's count each time instead (three integer divisions a tile, ~20 % of the 1.5B gate/up's
+  // instructions: NOTES v47), the step took 1.029-1.034x as long on the 1.5B Q4_K_M (v49, H100).
   int stage = 0, group = int(blockIdx.x) / s.group_tiles, in_group = int(blockIdx.x) % s.group_tiles;
   unsigned phase = 0;
   const int group_step = int(gridDim.x) / s.group_tiles, in_group_step = int(gridDim.x) % s.group_tiles;
   for (int i = 0; taking || i < mine; ++i) {
     Tile t;
     if (taking) {
-      mbarrier_wait(&known[stage], RUNAHEAD_RING_PHASE);
+      mbarrier_wait(&known[stage], phase);
       const int index = tile_in[stage];
       if (index < 0) break;
       t = tile_at(index);
@@ -256,17 +242,6 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
       group += group_step, in_group += in_group_step;
       if (in_group >= s.group_tiles) in_group -= s.group_tiles, ++group;
     }
-#else
-  for (int i = 0; taking || i < mine; ++i) {
-    const int stage = i % s.stages;
-    int index = int(blockIdx.x) + i * int(gridDim.x);
-    if (taking) {
-      mbarrier_wait(&known[stage], RUNAHEAD_RING_PHASE);
-      index = tile_in[stage];
-      if (index < 0) break;
-    }
-    const Tile t = tile_at(index);
-#endif
     float pre[kPreloads];
 #pragma unroll
     for (int j = 0; j < kPreloads; ++j) pre[j] = 0.0f;
@@ -274,9 +249,9 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
     if (i == 0) trace_mark(6);  // about to wait for its first tile
 #ifdef RUNAHEAD_CUDA_TRACE
     // mark 10 (1-based) only where that tile was not all in when thread 0 came to wait for it
-    if (i == 0 && threadIdx.x == 0 && !mbarrier_ready(&full[stage], RUNAHEAD_RING_PHASE)) trace_mark(9);
+    if (i == 0 && threadIdx.x == 0 && !mbarrier_ready(&full[stage], phase)) trace_mark(9);
 #endif
-    if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], RUNAHEAD_RING_PHASE);
+    if (RUNAHEAD_RING_DIAG != 2 || i < s.stages) mbarrier_wait(&full[stage], phase);
     if (i == 0) trace_mark(0);
     trace_mark(1);  // this tile's bytes are in: the last one stays
     const unsigned char* tile = ring + size_t(stage) * s.stage_bytes;
@@ -323,9 +298,7 @@ __device__ __forceinline__ void ring_gemv(const RingShape& s, unsigned char* sme
         epilogue(t.first + unit, sum, pre);
       }
     }
-#if RUNAHEAD_RING_STEPPED
     if (++stage == s.stages) stage = 0, phase ^= 1;
-#endif
   }
   trace_mark(2);
 }
