@@ -942,7 +942,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     embedding_lookup(embed_.get(), embed_dtype_, embed_scale_.get(), c_.hidden_size, tokens_d_.get<int32_t>(), n,
                      x_.get<float>(), stream_);
   }
-  void enqueue_qkv(int l, int n, const RingPrefetch& next = {}) {
+  void enqueue_qkv(int l, int n, const RingPrefetch& next) {
     QkvRope a = qkv_args(l);
     a.ring_flags.next = next;
     rmsnorm_qkv_rope_append(a, x_.get<float>(), n, pos_d_.get<int>(), q_.get<float>(), sms_, stream_, qkv_ring_);
@@ -950,7 +950,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   void enqueue_attention(int l, int n) {
     attention_decode(attention_args(l), q_.get<float>(), n, pos_d_.get<int>(), att_.get<float>(), stream_);
   }
-  void enqueue_gate_up(int l, int n, const RingPrefetch& next = {}) {
+  void enqueue_gate_up(int l, int n, const RingPrefetch& next) {
     const DeviceLayer& d = layers_[l];
     RingFlags flags = ring_flags_;
     flags.next = next;
@@ -1008,7 +1008,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     return ring(Role::Wo) && ring(Role::WDown);
   }
   // x += in W^T for the layer's matrix `role` (o_proj or down).
-  void enqueue_matmul_residual(int l, Role role, const float* in, int n, const RingPrefetch& next = {}) {
+  void enqueue_matmul_residual(int l, Role role, const float* in, int n, const RingPrefetch& next) {
     const Tensor& w = w_->layers[l][role];
     const bool from_attention = attention_q8_ && in == att_.get<float>();
     // Down reads its inputs pair-planar (7B Q4_K_M down 653 -> 635 us a step); o_proj a chunk a
