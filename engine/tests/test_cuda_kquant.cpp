@@ -324,8 +324,7 @@ TEST_CASE("cuda k-quant: o_proj inputs quantized by attention give the same logi
 // next ring's first tiles into L2 once its producers have asked for their last (RingPrefetch;
 // RUNAHEAD_CUDA_RING_PREFETCH=KB: 4 KB, a few tiles; 64 MB, past the end of each matrix, so
 // whole matrices) against none (=0): the same bits, since a prefetch moves no data a kernel
-// reads; so does 64 MB spanning the rings after the next (RUNAHEAD_CUDA_RING_PREFETCH_SPAN=1);
-// and the default's amount reported.
+// reads; and the default's amount reported.
 // It leaves the switches it sets unset.
 void check_ring_prefetch(const std::shared_ptr<const ModelWeights>& w, const BackendOptions& options, int V) {
   setenv("RUNAHEAD_CUDA_KQ_RING", "force", 1);
@@ -341,18 +340,8 @@ void check_ring_prefetch(const std::shared_ptr<const ModelWeights>& w, const Bac
       CHECK(none->describe()["optimizations"]["ring_prefetches_next_kb"] == 0);
       CHECK(decode_gap(*prefetching, *none, V, 6) == 0.0);
     }
-    // Spanning rings (RUNAHEAD_CUDA_RING_PREFETCH_SPAN=1): 64 MB reaches past this small
-    // model's next ring into the ones after it, up to kRingPrefetchRanges runs.
-    CAPTURE(long_rows);
-    setenv("RUNAHEAD_CUDA_RING_PREFETCH_SPAN", "1", 1);
-    auto [spanning, none] = switched_pair(w, options, "RUNAHEAD_CUDA_RING_PREFETCH", "65536");
-    unsetenv("RUNAHEAD_CUDA_RING_PREFETCH_SPAN");
-    CHECK(spanning->describe()["optimizations"]["ring_prefetch_spans_rings"] == true);
-    CHECK(none->describe()["optimizations"]["ring_prefetch_spans_rings"] == false);
-    CHECK(decode_gap(*spanning, *none, V, 6) == 0.0);
   }
   CHECK(make_cuda_backend(w, options)->describe()["optimizations"]["ring_prefetches_next_kb"] == cuda::kRingPrefetchKb);
-  CHECK(make_cuda_backend(w, options)->describe()["optimizations"]["ring_prefetch_spans_rings"] == false);
   for (const char* name : {"RUNAHEAD_CUDA_KQ_RING", "RUNAHEAD_CUDA_KQ_RING_QKV", "RUNAHEAD_CUDA_KQ_RING_RESIDUAL",
                            "RUNAHEAD_CUDA_KQ_RING_LONG"})
     unsetenv(name);

@@ -246,7 +246,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"residual_ring_inputs_copied_by_consumers", residual_tuning_.flags.consumers_stage},
               {"ring_producers_unwaited", ring_flags_.producer_unwaited && ring_flags_.consumers_stage},
               {"ring_prefetches_next_kb", ring_prefetch_ / 1024},
-              {"ring_prefetch_spans_rings", ring_prefetch_ > 0 && ring_prefetch_span_},
               {"down_launched_before_its_quantize_waits", !layers_.empty() && down_quantized_early()},
               {"decode_attention_merged_in_cluster", attention_.cluster},
               {"decode_attention_partials_counted", attention_.counted},
@@ -696,7 +695,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // tiles into L2 instead of kRingPrefetchKb (kernels.h RingPrefetch; 0 none), to measure.
     const char* kb = std::getenv("RUNAHEAD_CUDA_RING_PREFETCH");
     ring_prefetch_ = size_t(kb ? std::max(0, std::atoi(kb)) : kRingPrefetchKb) * 1024;
-    ring_prefetch_span_ = env_is("RUNAHEAD_CUDA_RING_PREFETCH_SPAN", "1");
     residual_tuning_.flags = ring_flags_;
     residual_tuning_.flags.consumers_stage = ring_flags_.consumers_stage && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
     // RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0: down launched before its quantize waits always /
@@ -963,45 +961,31 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   // The first ring_prefetch_ bytes of the ring after op `i` of layer l (the next op with a
   // matrix: in this layer, else the next layer's first; none after the last layer's last: lm_head
   // is not a ring), for that op's ring to prefetch (kernels.h RingPrefetch); none where
-  // ring_prefetch_ is 0. With ring_prefetch_span_, where that ring's whole matrix is less, the
-  // rest of the amount from the ring after it, and on (at most kRingPrefetchRanges runs).
+  // ring_prefetch_ is 0.
   RingPrefetch next_ring_prefix(int l, size_t i) const {
-    RingPrefetch all;
-    size_t left = ring_prefetch_;
-    for (int n = 0; left > 0;) {
+    if (ring_prefetch_ == 0) return {};
+    const int H = c_.hidden_size, I = c_.intermediate_size;
+    for (;;) {
       if (++i == layer_ops_.size()) {
         i = 0;
-        if (++l == c_.num_layers) break;
+        if (++l == c_.num_layers) return {};
       }
       const Op& op = layer_ops_[i];
-      if (op.kind == OpKind::Attention) continue;
-      const RingPrefetch one = ring_prefix_of(op, l, left);
-      size_t got = 0;
-      for (int j = 0; j < kRingPrefetchRanges && one.bytes[j] > 0; ++j) {
-        if (n < kRingPrefetchRanges) all.at[n] = one.at[j], all.bytes[n++] = one.bytes[j];
-        got += one.bytes[j];
+      switch (op.kind) {
+        case OpKind::RmsnormQkvRopeAppend: return qkv_ring_prefix(qkv_args(l), qkv_ring_, sms_, ring_prefetch_);
+        case OpKind::Attention: continue;
+        case OpKind::MatmulResidual: {
+          const Tensor& w = w_->layers[l][op.weight];
+          return residual_ring_prefix(layers_[l].matrix(op.weight), layer_dtype_, layers_[l].matrix_scale(op.weight),
+                                      int(w.rows()), int(w.cols()), residual_ring_, residual_tuning_, ring_prefetch_);
+        }
+        case OpKind::RmsnormGateUpSwiglu: {
+          const DeviceLayer& d = layers_[l];
+          return gate_up_ring_prefix(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), H, I, gate_up_ring_, sms_,
+                                     ring_prefetch_);
+        }
       }
-      if (!ring_prefetch_span_ || got == 0 || got >= left) break;
-      left -= got;
     }
-    return all;
-  }
-  // The first `bytes` of op's ring in layer l (whole tiles; none where no ring runs it).
-  RingPrefetch ring_prefix_of(const Op& op, int l, size_t bytes) const {
-    const DeviceLayer& d = layers_[l];
-    switch (op.kind) {
-      case OpKind::RmsnormQkvRopeAppend: return qkv_ring_prefix(qkv_args(l), qkv_ring_, sms_, bytes);
-      case OpKind::Attention: return {};
-      case OpKind::MatmulResidual: {
-        const Tensor& w = w_->layers[l][op.weight];
-        return residual_ring_prefix(d.matrix(op.weight), layer_dtype_, d.matrix_scale(op.weight), int(w.rows()),
-                                    int(w.cols()), residual_ring_, residual_tuning_, bytes);
-      }
-      case OpKind::RmsnormGateUpSwiglu:
-        return gate_up_ring_prefix(d.w_gate_up.get(), layer_dtype_, d.w_gate_up_scale.get(), c_.hidden_size,
-                                   c_.intermediate_size, gate_up_ring_, sms_, bytes);
-    }
-    return {};
   }
   // Layer l's pair of ints for the ring of its o_proj (0), gate/up (1) or down (2), or null
   // (RUNAHEAD_CUDA_RING_CURSOR=0: the blocks take their tiles in turn, to measure).
@@ -1332,7 +1316,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
   bool attention_q8_ = false;  // allocate(): o_proj's inputs quantized by attention's merge
   bool head_cursor_ = true;  // allocate(): LmHead::cursor
   size_t ring_prefetch_ = 0;  // bytes of the next ring's first tiles each ring prefetches (allocate(): kRingPrefetchKb KB)
-  bool ring_prefetch_span_ = false;  // and of the rings after it where the next is smaller (kernels.h)
   RingFlags ring_flags_;  // allocate(): every ring's RingShape::flags (residual_tuning_ has the residual rings')
   DeviceBuffer ring_cursors_;      // ring_cursor(): 3 pairs of ints a layer, or none
   KqRing gate_up_ring_ = KqRing::Auto;   // allocate(): K-quant gate/up's bulk-copy ring

@@ -90,12 +90,11 @@ constexpr int kRingTilesInFlight = 1;
 // amount, 0 none, to measure). H100, ms/token against none (NOTES v49): 1.5B Q4_K_M x0.978-0.983,
 // 7B Q4_K_M x0.996-0.999, 7B Q8_0 x0.995-0.996; 8 MB: x0.968 / 0.990 / 1.008-1.011 (on the
 // stepped consumers); prefetched right after a producer's first tiles instead of after its last:
-// 1.5B x0.982-0.986, 7B Q4_K_M x1.007-1.011 (removed). RUNAHEAD_CUDA_RING_PREFETCH_SPAN=1: where
-// the next ring's whole matrix is less than the amount, the rest goes to the ring after it (and
-// on), so that a small ring (the 1.5B's q/k/v and o_proj) and the kernel after it (attention)
-// leave memory streaming the larger one's first tiles (to measure).
+// 1.5B x0.982-0.986, 7B Q4_K_M x1.007-1.011 (removed). Going on into the rings after the next
+// where the next is smaller than the amount (the 1.5B's q/k/v and o_proj): 1.5B x1.006 at 2 MB,
+// x1.009 at 4 MB, x1.033 at 8 MB; the 7B x0.997-1.015 (NOTES v50; removed).
 constexpr int kRingPrefetchKb = 2048;
-constexpr int kRingPrefetchRanges = 8;
+constexpr int kRingPrefetchRanges = 4;
 struct RingPrefetch {
   const void* at[kRingPrefetchRanges] = {};
   unsigned bytes[kRingPrefetchRanges] = {};
