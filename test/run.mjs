@@ -18,6 +18,9 @@ function sh(cmd, args, opts = {}) {
 }
 
 const totals = { passed: 0, failed: 0 };
+// What failed, repeated just above the closing line: a CI log that keeps only its tail
+// still says which test failed and why.
+const failures = [];
 function count(suite, passed, failed) {
   console.log(`[test] ${suite}: ${passed} passed, ${failed} failed`);
   totals.passed += passed;
@@ -34,6 +37,9 @@ if (failed !== 'engine build' && failed !== 'npm install') {
   const m = ctest.out.match(/(\d+) tests failed out of (\d+)/);
   if (m) count('engine (ctest)', Number(m[2]) - Number(m[1]), Number(m[1]));
   else count('engine (ctest)', 0, 1);
+  const list = ctest.out.match(/The following tests FAILED:\n((?:\s+\d+ - .*\n?)+)/);
+  if (list) failures.push(`engine (ctest):\n${list[1].trimEnd()}`);
+  else if (!m) failures.push(`engine (ctest): exited ${ctest.status}:\n${ctest.out.trimEnd().split('\n').slice(-20).join('\n')}`);
 }
 
 // 3. JavaScript suites: each package.json script named test:<suite> that mocha runs.
@@ -45,7 +51,11 @@ for (const suite of ['unit', 'integration', 'e2e']) {
   const passing = Number(r.out.match(/(\d+) passing/)?.[1] ?? 0);
   const failing = Number(r.out.match(/(\d+) failing/)?.[1] ?? 0);
   count(suite, passing, failing + (r.status !== 0 && failing === 0 ? 1 : 0));
+  const report = r.out.match(/\d+ failing\n([\s\S]*)/);
+  if (report) failures.push(`${suite}:\n${report[1].split('\n').slice(0, 60).join('\n').trimEnd()}`);
+  else if (r.status !== 0) failures.push(`${suite}: exited ${r.status}:\n${r.out.trimEnd().split('\n').slice(-20).join('\n')}`);
 }
 
+if (failures.length) console.log(`\n[test] what failed\n${failures.join('\n\n')}`);
 console.log(`\n${totals.passed} passed, ${totals.failed} failed`);
 process.exit(totals.failed === 0 && totals.passed > 0 ? 0 : 1);

@@ -28,8 +28,17 @@
 // Runahead's own AVX-512 and portable kernel tables, which differ only in summation order,
 // agree on 15/20 Q8_0 runs and 20/20 F32 runs. Agreeing at near-ties would take ggml's float
 // order in every op (matmul lanes, rope's float recurrences, its expf polynomial, softmax),
-// not a fix of the arithmetic. What is asserted: top-1 >= 99% for each type, F32 runs >= 95%,
-// and the quantized types' runs no fewer than measured (>= 75%) so a regression fails.
+// not a fix of the arithmetic. The counts also move with the host: on 2026-12-07's AVX2-only
+// host Q8_0 15-16/20 and Q4_K_M 14-15/20, and llama.cpp's builds pick other kernels on other
+// CPUs: a floor on identical runs near the measured counts (it was 15/20) is not a stable test. Where
+// two runs part, llama.cpp's own probabilities there (its softmax, one batch from an empty cache)
+// put the two tokens 0.0013-0.13 nats apart on that host (p ratios up to 1.14), and at three of
+// eleven partings llama.cpp's own greedy token was the less likely one by its batch
+// probabilities (-0.006 to -0.020): near-ties on which llama.cpp's decode and prefill disagree too.
+// What is asserted: top-1 >= 99% for each type; F32 runs >= 95% identical; for Q8_0 and Q4_K_M,
+// at least 95% of runs identical or parting at a near-tie (llama.cpp's log-prob gap between its
+// token and ours below NEAR_TIE nats, twice the largest seen; a wrong op would part runs where
+// llama.cpp is sure), and at least half identical.
 import { strict as assert } from 'node:assert';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -42,6 +51,8 @@ import { loadGgufTokenizer } from '../../server/src/model/ggufTokenizer';
 import { engineBinary, repoRoot } from './lspClient';
 
 const TOKENS = 64;
+/** Nats between llama.cpp's log-probs of its token and ours, below which a parting is a near-tie. */
+const NEAR_TIE = 0.25;
 const embedded = join(repoRoot, 'engine', 'models', 'runahead-coder');
 
 /** 20 prompts of real code: the first 40 lines of source files of this repository. */
@@ -56,6 +67,8 @@ const PROMPT_FILES = [
 interface Agreement {
   identicalRuns: number;
   runs: number;
+  /** Per run that differs: ln p(llama.cpp's token) - ln p(ours) in llama.cpp's own probabilities where the two first part. */
+  gaps: number[];
   top1: number;
   detail: string[];
   /** Runahead's greedy continuation of each prompt. */
@@ -90,7 +103,7 @@ async function compare(entry: string, file: string): Promise<Agreement> {
   const runahead = await runaheadOn(file);
   try {
     const { prompts: all, eos } = await prompts(file);
-    const out: Agreement = { identicalRuns: 0, runs: 0, top1: 0, detail: [], ours: [] };
+    const out: Agreement = { identicalRuns: 0, runs: 0, gaps: [], top1: 0, detail: [], ours: [] };
     let agree = 0;
     let positions = 0;
     for (const [k, prompt] of all.entries()) {
@@ -100,7 +113,17 @@ async function compare(entry: string, file: string): Promise<Agreement> {
       const differs = ours.length !== theirs.length || ours.some((t, i) => t !== theirs[i]);
       out.runs++;
       if (!differs) out.identicalRuns++;
-      else out.detail.push(`${PROMPT_FILES[k]}: differs at token ${ours.findIndex((t, i) => t !== theirs[i])}`);
+      else {
+        // Where the runs part (a token against the other's end of text, if one stopped first),
+        // how far apart llama.cpp itself puts the two choices.
+        const at = Math.min(...[ours.findIndex((t, i) => t !== theirs[i]), ours.length, theirs.length].filter((i) => i >= 0));
+        const chose = (run: number[]) => (at < run.length ? run[at] : eos);
+        const p = await peer.nextProbabilities([...prompt, ...theirs.slice(0, at)]);
+        const [a, b] = [chose(theirs), chose(ours)];
+        const gap = a === undefined || b === undefined ? Infinity : Math.log(p.get(a) ?? 0) - Math.log(p.get(b) ?? 0);
+        out.gaps.push(gap);
+        out.detail.push(`${PROMPT_FILES[k]}: differs at token ${at}, llama.cpp's log-prob gap there ${gap.toFixed(4)}`);
+      }
       // Teacher-forced on llama.cpp's text: both choose the next token after every prefix.
       const forced = [...prompt, ...theirs];
       const reference = await peer.nextTokens(forced, prompt.length - 1);
@@ -133,19 +156,22 @@ describe('accuracy against llama.cpp (node-llama-cpp) on the same GGUF', functio
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it(`Q8_0, Q4_K_M and F32: teacher-forced top-1 >= 99%; greedy ${TOKENS}-token runs identical: F32 >= 95%, Q8_0 and Q4_K_M >= 75%`, async () => {
+  it(`Q8_0, Q4_K_M and F32: teacher-forced top-1 >= 99%; greedy ${TOKENS}-token runs: F32 >= 95% identical, Q8_0 and Q4_K_M >= 95% identical or parting at a near-tie and >= 50% identical`, async () => {
     const q8 = await compare(entry!, writeGguf(embedded, join(dir, 'coder-q8_0.gguf')).path);
     const q4km = await compare(entry!, writePaddedGguf(embedded, join(dir, 'coder-widened-q4_k_m.gguf')).path);
     const f32 = await compare(entry!, writeGguf(embedded, join(dir, 'coder-f32.gguf'), { matrices: 'f32' }).path);
     const line = (name: string, a: Agreement) =>
-      `${name}: greedy runs identical ${a.identicalRuns}/${a.runs}, teacher-forced top-1 ${(100 * a.top1).toFixed(2)}%`;
+      `${name}: greedy runs identical ${a.identicalRuns}/${a.runs}, the others parting at log-prob gaps ${a.gaps.map((g) => g.toFixed(4)).join(', ') || '-'}, teacher-forced top-1 ${(100 * a.top1).toFixed(2)}%`;
     console.log(`      ${line('Q8_0', q8)}\n      ${line('Q4_K_M (widened)', q4km)}\n      ${line('F32', f32)}`);
     for (const [name, a] of [['Q8_0', q8], ['Q4_K_M (widened)', q4km], ['F32', f32]] as const) {
       assert.ok(a.top1 >= 0.99, `${line(name, a)}; ${a.detail.join('; ')}`);
     }
     assert.ok(f32.identicalRuns >= 0.95 * f32.runs, `${line('F32', f32)}: ${f32.detail.join('; ')}`);
-    assert.ok(q8.identicalRuns >= 0.75 * q8.runs, `${line('Q8_0', q8)}: ${q8.detail.join('; ')}`);
-    assert.ok(q4km.identicalRuns >= 0.75 * q4km.runs, `${line('Q4_K_M (widened)', q4km)}: ${q4km.detail.join('; ')}`);
+    for (const [name, a] of [['Q8_0', q8], ['Q4_K_M (widened)', q4km]] as const) {
+      const nearTies = a.gaps.filter((g) => g < NEAR_TIE).length;
+      assert.ok(a.identicalRuns + nearTies >= 0.95 * a.runs, `${line(name, a)}: ${a.runs - a.identicalRuns - nearTies} run(s) part where llama.cpp is sure (gap >= ${NEAR_TIE}): ${a.detail.join('; ')}`);
+      assert.ok(a.identicalRuns >= 0.5 * a.runs, `${line(name, a)}: ${a.detail.join('; ')}`);
+    }
     // The widening alone (F32) changes nothing Runahead says: the Q4_K_M file is the trained model, quantized.
     const widened = await runaheadOn(writePaddedGguf(embedded, join(dir, 'coder-widened-f32.gguf'), { matrices: 'f32' }).path);
     try {

@@ -27,7 +27,9 @@ export interface PeerRun {
 interface NlcSequence {
   clearHistory(): Promise<void>;
   evaluate(tokens: number[], options: { temperature: number; yieldEogToken: boolean }): AsyncGenerator<number>;
-  controlledEvaluate(input: (number | [number, { generateNext: { token: true; options: { temperature: 0 } } }])[]): Promise<({ next?: { token?: number | null } } | undefined)[]>;
+  controlledEvaluate(
+    input: (number | [number, { generateNext: { token?: true; probabilities?: true; options: { temperature: number; topK?: number; topP?: number; minP?: number } } }])[],
+  ): Promise<({ next?: { token?: number | null; probabilities?: Map<number, number> } } | undefined)[]>;
 }
 interface NlcContext {
   getSequence(): NlcSequence;
@@ -182,6 +184,20 @@ export class LlamaCppPeer {
       if (typeof t !== 'number') throw new Error(`llama.cpp gave no next token at position ${from + i}`);
       return t;
     });
+  }
+
+  /**
+   * llama.cpp's probabilities of the token after `tokens` (from an empty KV cache): the
+   * softmax of its logits, nothing cut (temperature 1, no top-k, top-p or min-p).
+   */
+  async nextProbabilities(tokens: number[]): Promise<Map<number, number>> {
+    await this.sequence.clearHistory();
+    const last = tokens.length - 1;
+    const options = { temperature: 1, topK: 0, topP: 1, minP: 0 };
+    const input = tokens.map((t, i) => (i === last ? ([t, { generateNext: { probabilities: true, options } }] as [number, { generateNext: { probabilities: true; options: typeof options } }]) : t));
+    const p = (await this.sequence.controlledEvaluate(input))[last]?.next?.probabilities;
+    if (!p) throw new Error(`llama.cpp gave no probabilities after position ${last}`);
+    return p;
   }
 
   /** llama.cpp's counters since the last call (printTimings logs and resets them; the logger runs on the event loop, after printTimings has returned). */
