@@ -198,7 +198,10 @@ describe('language server with the real engine: huge files', function () {
       const m = client.metrics.find((x) => x.source === 'engine');
       assert.ok(m && m.tokens! > 0, `no engine completion: ${JSON.stringify(client.metrics)}`);
       assert.ok(completeMs < 2000, `completion took ${completeMs.toFixed(0)} ms`);
-      // The aim is 50 ms (measured 16 and 46 ms); the bound leaves room for a loaded test machine.
+      // The aim is 50 ms; the bound leaves room for a loaded test machine. Measured on an idle
+      // 2-core host: 9-16 ms for the 100k-line file with its line table built at open, 29-31 ms
+      // when the first completion built it (130 ms once in a loaded full run, past the bound).
+      // The 1 MB line: 13-23 ms.
       assert.ok(statusMs < 100, `runahead/status took ${statusMs.toFixed(0)} ms while completing`);
       console.log(`      ${name}: completion ${completeMs.toFixed(0)} ms (prompt ${m.promptTokens} tokens), slowest status ${statusMs.toFixed(1)} ms`);
     });
