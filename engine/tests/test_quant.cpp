@@ -319,6 +319,32 @@ TEST_CASE("quant: every kernel table quantizes activations as Q8Activations::qua
     CHECK(got.bsum32 == want.bsum32);
     CHECK(got.qk_pairs == want.qk_pairs);
   }
+  // Random widths of activations (a spread of magnitudes, repeated largest magnitudes of both
+  // signs, runs of zeros, values on half steps): every table, the same bits.
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t n = 256 * (1 + trial % 4);
+    std::vector<float> v(n);
+    const float scale = std::ldexp(1.0f, int(rng() % 40) - 20);
+    for (float& e : v) e = normal(rng) * scale;
+    if (trial % 3 == 0) v[rng() % n] = -v[rng() % n], v[rng() % n] = std::fabs(v[rng() % n]);
+    if (trial % 5 == 0) std::fill(v.begin() + int64_t(rng() % (n / 2)), v.begin() + n / 2, 0.0f);
+    if (trial % 7 == 0) for (float& e : v) e = std::nearbyint(e * 4 / scale) * 0.5f;
+    Q8Activations ref;
+    ref.quantize(v.data(), n);
+    for (const QuantKernels* k : available_quant_kernels()) {
+      INFO(k->simd << " trial " << trial);
+      Q8Activations got;
+      k->quantize(got, v.data(), n, kAllBlocks);
+      REQUIRE(got.d == ref.d);
+      REQUIRE(got.q == ref.q);
+      REQUIRE(got.sum == ref.sum);
+      REQUIRE(got.dk == ref.dk);
+      REQUIRE(got.qk == ref.qk);
+      REQUIRE(got.bsum16 == ref.bsum16);
+      REQUIRE(got.bsum32 == ref.bsum32);
+      REQUIRE(got.qk_pairs == ref.qk_pairs);
+    }
+  }
   // Sub-blocks 0 2 1 3 4 6 5 7 of each 256: the 512-bit Q4_K tile's pairs.
   for (int64_t b = 0; b < cols; b += 256)
     for (int j = 0; j < 8; ++j)
