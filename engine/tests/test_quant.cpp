@@ -294,6 +294,18 @@ TEST_CASE("quant: matvec of every kernel table matches a double reference on the
   }
 }
 
+// Every array of two quantized activations equal.
+void check_same_activations(const Q8Activations& got, const Q8Activations& want) {
+  CHECK(got.d == want.d);
+  CHECK(got.q == want.q);
+  CHECK(got.sum == want.sum);
+  CHECK(got.dk == want.dk);
+  CHECK(got.qk == want.qk);
+  CHECK(got.bsum16 == want.bsum16);
+  CHECK(got.bsum32 == want.bsum32);
+  CHECK(got.qk_pairs == want.qk_pairs);
+}
+
 TEST_CASE("quant: every kernel table quantizes activations as Q8Activations::quantize does, bit for bit") {
   const int64_t cols = 1024;
   std::mt19937_64 rng(17);
@@ -310,14 +322,7 @@ TEST_CASE("quant: every kernel table quantizes activations as Q8Activations::qua
     INFO(k->simd);
     Q8Activations got;
     k->quantize(got, x.data(), cols, kAllBlocks);
-    CHECK(got.d == want.d);
-    CHECK(got.q == want.q);
-    CHECK(got.sum == want.sum);
-    CHECK(got.dk == want.dk);
-    CHECK(got.qk == want.qk);
-    CHECK(got.bsum16 == want.bsum16);
-    CHECK(got.bsum32 == want.bsum32);
-    CHECK(got.qk_pairs == want.qk_pairs);
+    check_same_activations(got, want);
   }
   // Random widths of activations (a spread of magnitudes, repeated largest magnitudes of both
   // signs, runs of zeros, values on half steps): every table, the same bits.
@@ -335,14 +340,7 @@ TEST_CASE("quant: every kernel table quantizes activations as Q8Activations::qua
       INFO(k->simd << " trial " << trial);
       Q8Activations got;
       k->quantize(got, v.data(), n, kAllBlocks);
-      REQUIRE(got.d == ref.d);
-      REQUIRE(got.q == ref.q);
-      REQUIRE(got.sum == ref.sum);
-      REQUIRE(got.dk == ref.dk);
-      REQUIRE(got.qk == ref.qk);
-      REQUIRE(got.bsum16 == ref.bsum16);
-      REQUIRE(got.bsum32 == ref.bsum32);
-      REQUIRE(got.qk_pairs == ref.qk_pairs);
+      check_same_activations(got, ref);
     }
   }
   // Sub-blocks 0 2 1 3 4 6 5 7 of each 256: the 512-bit Q4_K tile's pairs.

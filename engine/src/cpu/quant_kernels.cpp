@@ -19,10 +19,7 @@ int nearest_int(float v) { return int(std::nearbyint(v)); }
 void Q8Activations::quantize(const float* x, int64_t n, unsigned blocks) {
   cols = n;
   if (blocks & kBlocks32) {
-    const int64_t count = n / 32;
-    d.resize(count);
-    q.resize(n);
-    sum.resize(count);
+    const int64_t count = size_q8_0(*this, n);
     for (int64_t b = 0; b < count; ++b) {
       const float* xb = x + 32 * b;
       float amax = 0;
@@ -39,11 +36,7 @@ void Q8Activations::quantize(const float* x, int64_t n, unsigned blocks) {
     }
   }
   if ((blocks & kBlocks256) && n % 256 == 0) {
-    const int64_t count = n / 256;
-    dk.resize(count);
-    qk.resize(n);
-    bsum16.resize(16 * count);
-    bsum32.resize(8 * count);
+    const int64_t count = size_q8_k(*this, n);
     for (int64_t b = 0; b < count; ++b) {  // quantize_row_q8_K_ref, step for step
       const float* xb = x + 256 * b;
       int8_t* qb = &qk[256 * b];
@@ -52,16 +45,37 @@ void Q8Activations::quantize(const float* x, int64_t n, unsigned blocks) {
         if (std::fabs(xb[l]) > amax) amax = std::fabs(xb[l]), max = xb[l];
       const float iscale = amax ? -127.f / max : 0.f;
       for (int l = 0; l < 256; ++l) qb[l] = int8_t(std::min(127, nearest_int(iscale * xb[l])));
-      dk[b] = amax ? 1 / iscale : 0.f;
       for (int j = 0; j < 16; ++j) {
         int s = 0;
         for (int l = 0; l < 16; ++l) s += qb[16 * j + l];
         bsum16[16 * b + j] = int16_t(s);
       }
-      for (int j = 0; j < 8; ++j) bsum32[8 * b + j] = int16_t(bsum16[16 * b + 2 * j] + bsum16[16 * b + 2 * j + 1]);
+      finish_q8_k_block(*this, b, amax, iscale);
     }
     pair_sub_blocks(*this);
   }
+}
+
+int64_t size_q8_0(Q8Activations& xq, int64_t cols) {
+  const int64_t count = cols / 32;
+  xq.d.resize(count);
+  xq.q.resize(cols);
+  xq.sum.resize(count);
+  return count;
+}
+
+int64_t size_q8_k(Q8Activations& xq, int64_t cols) {
+  const int64_t count = cols / 256;
+  xq.dk.resize(count);
+  xq.qk.resize(cols);
+  xq.bsum16.resize(16 * count);
+  xq.bsum32.resize(8 * count);
+  return count;
+}
+
+void finish_q8_k_block(Q8Activations& xq, int64_t b, float amax, float iscale) {
+  for (int j = 0; j < 8; ++j) xq.bsum32[8 * b + j] = int16_t(xq.bsum16[16 * b + 2 * j] + xq.bsum16[16 * b + 2 * j + 1]);
+  xq.dk[b] = amax ? 1 / iscale : 0.f;
 }
 
 void pair_sub_blocks(Q8Activations& xq) {

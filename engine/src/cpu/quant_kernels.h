@@ -68,6 +68,12 @@ using QuantizeActivationsFn = void (*)(Q8Activations& xq, const float* x, int64_
 void quantize_activations(Q8Activations& xq, const float* x, int64_t cols, unsigned blocks);
 // Fills xq.qk_pairs from xq.qk (every quantizer ends its Q8_K blocks with it).
 void pair_sub_blocks(Q8Activations& xq);
+// Sizes xq's Q8_0 arrays (d, q, sum) for cols values; returns the count of blocks.
+int64_t size_q8_0(Q8Activations& xq, int64_t cols);
+// Sizes xq's Q8_K arrays (dk, qk, bsum16, bsum32) for cols values; returns the count of blocks.
+int64_t size_q8_k(Q8Activations& xq, int64_t cols);
+// A Q8_K block's last step, once its qk and bsum16 are in: bsum32 from bsum16, and dk.
+void finish_q8_k_block(Q8Activations& xq, int64_t b, float amax, float iscale);
 
 struct QuantKernels {
   const char* simd;  // "avx512-vnni", "avx2-vnni", "avx2", "portable"

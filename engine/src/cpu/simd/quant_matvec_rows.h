@@ -422,10 +422,7 @@ void quantize_activations_avx2(Q8Activations& xq, const float* x, int64_t n, uns
   };
   xq.cols = n;
   if (blocks & kBlocks32) {
-    const int64_t count = n / 32;
-    xq.d.resize(count);
-    xq.q.resize(n);
-    xq.sum.resize(count);
+    const int64_t count = size_q8_0(xq, n);
     for (int64_t b = 0; b < count; ++b) {
       __m256 v[4];
       for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
@@ -439,11 +436,7 @@ void quantize_activations_avx2(Q8Activations& xq, const float* x, int64_t n, uns
     }
   }
   if ((blocks & kBlocks256) && n % 256 == 0) {
-    const int64_t count = n / 256;
-    xq.dk.resize(count);
-    xq.qk.resize(n);
-    xq.bsum16.resize(16 * count);
-    xq.bsum32.resize(8 * count);
+    const int64_t count = size_q8_k(xq, n);
     for (int64_t b = 0; b < count; ++b) {
       const float* xb = x + 256 * b;
       __m256 m = _mm256_setzero_ps();
@@ -468,9 +461,7 @@ void quantize_activations_avx2(Q8Activations& xq, const float* x, int64_t n, uns
         xq.bsum16[16 * b + 2 * g + 1] = int16_t(hsum_i32(_mm256_add_epi32(q[2], q[3])));
         store_bytes(&xq.qk[256 * b + 32 * g], q);
       }
-      for (int j = 0; j < 8; ++j)
-        xq.bsum32[8 * b + j] = int16_t(xq.bsum16[16 * b + 2 * j] + xq.bsum16[16 * b + 2 * j + 1]);
-      xq.dk[b] = amax ? 1 / iscale : 0.f;
+      finish_q8_k_block(xq, b, amax, iscale);
     }
     pair_sub_blocks(xq);
   }
