@@ -21,6 +21,8 @@ const totals = { passed: 0, failed: 0 };
 // What failed, repeated just above the closing line: a CI log that keeps only its tail
 // still says which test failed and why.
 const failures = [];
+// A suite that ended without a count of its failures: its exit status and its last lines.
+const exited = (suite, status, out) => `${suite}: exited ${status}:\n${out.trimEnd().split('\n').slice(-20).join('\n')}`;
 function count(suite, passed, failed) {
   console.log(`[test] ${suite}: ${passed} passed, ${failed} failed`);
   totals.passed += passed;
@@ -39,7 +41,7 @@ if (failed !== 'engine build' && failed !== 'npm install') {
   else count('engine (ctest)', 0, 1);
   const list = ctest.out.match(/The following tests FAILED:\n((?:\s+\d+ - .*\n?)+)/);
   if (list) failures.push(`engine (ctest):\n${list[1].trimEnd()}`);
-  else if (!m) failures.push(`engine (ctest): exited ${ctest.status}:\n${ctest.out.trimEnd().split('\n').slice(-20).join('\n')}`);
+  else if (!m) failures.push(exited('engine (ctest)', ctest.status, ctest.out));
 }
 
 // 3. JavaScript suites: each package.json script named test:<suite> that mocha runs.
@@ -53,7 +55,7 @@ for (const suite of ['unit', 'integration', 'e2e']) {
   count(suite, passing, failing + (r.status !== 0 && failing === 0 ? 1 : 0));
   const report = r.out.match(/\d+ failing\n([\s\S]*)/);
   if (report) failures.push(`${suite}:\n${report[1].split('\n').slice(0, 60).join('\n').trimEnd()}`);
-  else if (r.status !== 0) failures.push(`${suite}: exited ${r.status}:\n${r.out.trimEnd().split('\n').slice(-20).join('\n')}`);
+  else if (r.status !== 0) failures.push(exited(suite, r.status, r.out));
 }
 
 if (failures.length) console.log(`\n[test] what failed\n${failures.join('\n\n')}`);
