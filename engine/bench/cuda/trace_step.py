@@ -16,8 +16,11 @@ Medians over the launches of that name in all steps but the first; step share su
 With a kernel's name after the file, also where its blocks' time goes between their wait and their
 end: the median block's marks (trace_mark, the kernel's comment says where each is), each from its
 block's wait, for the blocks that reached each mark; blocks grouped by the last mark they reached;
-and mark 1 by when the block started (by_start).
-Usage: python3 trace_step.py TRACE.csv [KERNEL]
+and mark 1 by when the block started (by_start). With --layers instead of a kernel's name, each
+launch's work and step share by its place in the step (its layer, for a launch run once a layer),
+medians over the steps: where one layer's launch differs from another's (a Q4_K_M model's Q6_K
+layers beside its Q4_K ones).
+Usage: python3 trace_step.py TRACE.csv [KERNEL | --layers]
 """
 import csv
 import statistics
@@ -84,6 +87,22 @@ def by_start(steps, kernel):
                 print(f"| {name} | {s:.1f} | {len(bins[name][s])} | {statistics.median(bins[name][s]):.2f} |")
 
 
+def layers(per_place):
+    """Work us (step share us) of each launch run more than once a step, by its place in the step."""
+    names = [n for n in sorted(per_place) if len(per_place[n]) > 1]
+    places = max(len(per_place[n]) for n in names) if names else 0
+    med = statistics.median
+    print("work us (step share us) by place in the step, medians over the steps")
+    print("| place | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for k in range(places):
+        cells = []
+        for n in names:
+            p = per_place[n].get(k)
+            cells.append(f'{med(p["work"]):.2f} ({med(p["share"]):.2f})' if p else "-")
+        print(f"| {k} | " + " | ".join(cells) + " |")
+
+
 def main(path, kernel=None):
     with open(path) as f:
         rows = [{"kernel": r["kernel"], "block": int(r["block"]), "start": int(r["start_ns"]),
@@ -102,14 +121,19 @@ def main(path, kernel=None):
         sys.exit("trace_step.py: fewer than two steps in the trace")
     # Each step's first launch is measured from the previous step's last end.
     per_name = defaultdict(lambda: {"share": [], "wait": [], "work": [], "early": [], "tail": [], "blocks": []})
+    per_place = defaultdict(lambda: defaultdict(lambda: {"work": [], "share": []}))  # name -> place in step
     step_us, launches_per_step = [], []
     for i in range(1, len(steps)):
         before = steps[i - 1][-1]["last_end"]
-        shares = defaultdict(float)
+        shares, seen = defaultdict(float), defaultdict(int)
         for l in steps[i]:
             d = per_name[l["name"]]
             shares[l["name"]] += (l["last_end"] - before) / 1e3
             w = l["first_waited"] if l["first_waited"] is not None else l["first_start"]
+            place = per_place[l["name"]][seen[l["name"]]]
+            seen[l["name"]] += 1
+            place["work"].append((l["last_end"] - w) / 1e3)
+            place["share"].append((l["last_end"] - before) / 1e3)
             d["wait"].append((w - before) / 1e3)
             d["work"].append((l["last_end"] - w) / 1e3)
             d["early"].append((before - l["first_start"]) / 1e3)
@@ -133,7 +157,9 @@ def main(path, kernel=None):
               f"{med(d['work']):.2f} | {med(d['early']):.2f} | {med(d['tail']):.2f} |")
     wait_total = sum(med(per_name[n]["wait"]) * len(per_name[n]["wait"]) / (len(steps) - 1) for n in per_name)
     print(f"a step {med(step_us):.1f} us, of which waits {wait_total:.1f} us (summed medians)")
-    if kernel:
+    if kernel == "--layers":
+        layers(per_place)
+    elif kernel:
         marks_of(path, kernel, rows)
         by_start(steps, kernel)
 
