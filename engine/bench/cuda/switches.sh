@@ -13,7 +13,8 @@
 #   alone is that binary with no switch). The device machine has no git: on the host, `git archive
 #   COMMIT engine/CMakeLists.txt engine/src engine/bench/backends engine/bench/cpu | tar -x -C .base`
 #   (.base/ ignored, carried), there `cmake -S .base/engine -B /tmp/base ... -DRUNAHEAD_TESTS=OFF`.
-# Output: stdout and $OUT/switches.md; each run's JSON in $OUT/switches/.
+# Output: stdout and $OUT/switches.md; each run's JSON in $OUT/switches/ (named by case with "_" for
+# ":", a name the device tool brings back).
 # Time: ~10-15 s a run (one variant, one case) on an H100, so 2 variants x 3 cases take ~1.3 min
 # a round: a 10-minute call fits several rounds beside the build.
 # The default variants: v46's default turned off (the partials pushed and met at a cluster
@@ -32,7 +33,7 @@ mkdir -p "$OUT/switches"
 IFS=';' read -r -a variants <<< "$VARIANTS"
 for round in $(seq "$ROUNDS"); do
   for case in $CASES; do
-    shape=${case%%:*} weights=${case#*:}
+    shape=${case%%:*} weights=${case#*:} run=${case//:/_}
     for v in "${!variants[@]}"; do
       vars=${variants[$v]} binary=$ENGINE
       if [[ $vars == @* ]]; then
@@ -41,9 +42,9 @@ for round in $(seq "$ROUNDS"); do
       fi
       # shellcheck disable=SC2086  # each NAME=VALUE of the variant is one word for env
       timeout 240 env $vars "$binary" bench --backend cuda --random-shape "$shape" --ctx "$CTX" --tokens 256 \
-        --prefill 0 --reps "$REPS" --weights "$weights" --json > "$OUT/switches/$case-$v-$round.json" \
-        2> "$OUT/switches/$case-$v-$round.err" ||
-        echo "$case [${variants[$v]:-default}] round $round: exit $? ($(tail -1 "$OUT/switches/$case-$v-$round.err"))" >&2
+        --prefill 0 --reps "$REPS" --weights "$weights" --json > "$OUT/switches/$run-$v-$round.json" \
+        2> "$OUT/switches/$run-$v-$round.err" ||
+        echo "$case [${variants[$v]:-default}] round $round: exit $? ($(tail -1 "$OUT/switches/$run-$v-$round.err"))" >&2
     done
   done
 done
@@ -52,7 +53,7 @@ import json, sys, pathlib, statistics
 out, cases, rounds, variants = pathlib.Path(sys.argv[1]), sys.argv[2].split(), int(sys.argv[3]), sys.argv[4:]
 def ms(case, v, r):
     try:
-        return json.loads((out / "switches" / f"{case}-{v}-{r}.json").read_text())
+        return json.loads((out / "switches" / f"{case.replace(':', '_')}-{v}-{r}.json").read_text())
     except (OSError, ValueError):
         return None
 print("| case | variant | decode ms/token (each round) | median | x the first (same rounds) | bound ms/token |")
@@ -63,7 +64,7 @@ for case in cases:
         runs = {r: ms(case, v, r) for r in range(1, rounds + 1)}
         got = [j["decode_ms_per_token"] for j in runs.values() if j]
         if not got:
-            print(f"| {case} | {name or 'default'} | (no result: see switches/{case}-{v}-*.err) | | | |")
+            print(f"| {case} | {name or 'default'} | (no result: see switches/{case.replace(':', '_')}-{v}-*.err) | | | |")
             continue
         both = [r for r in runs if runs[r] and base[r]]
         ratio = (statistics.median(runs[r]["decode_ms_per_token"] for r in both) /
