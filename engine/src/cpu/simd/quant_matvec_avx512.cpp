@@ -449,10 +449,7 @@ void quantize_activations_512(Q8Activations& xq, const float* x, int64_t n, unsi
   constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   xq.cols = n;
   if (blocks & kBlocks32) {
-    const int64_t count = n / 32;
-    xq.d.resize(count);
-    xq.q.resize(n);
-    xq.sum.resize(count);
+    const int64_t count = size_q8_0(xq, n);
     for (int64_t b = 0; b < count; ++b) {
       const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
@@ -466,11 +463,7 @@ void quantize_activations_512(Q8Activations& xq, const float* x, int64_t n, unsi
     }
   }
   if ((blocks & kBlocks256) && n % 256 == 0) {
-    const int64_t count = n / 256;
-    xq.dk.resize(count);
-    xq.qk.resize(n);
-    xq.bsum16.resize(16 * count);
-    xq.bsum32.resize(8 * count);
+    const int64_t count = size_q8_k(xq, n);
     for (int64_t b = 0; b < count; ++b) {
       const float* xb = x + 256 * b;
       __m512 amax_v = _mm512_setzero_ps();
@@ -492,9 +485,7 @@ void quantize_activations_512(Q8Activations& xq, const float* x, int64_t n, unsi
         _mm_storeu_si128(reinterpret_cast<__m128i*>(&xq.qk[256 * b + 16 * j]), _mm512_cvtepi32_epi8(q));
         xq.bsum16[16 * b + j] = int16_t(_mm512_reduce_add_epi32(q));
       }
-      for (int j = 0; j < 8; ++j)
-        xq.bsum32[8 * b + j] = int16_t(xq.bsum16[16 * b + 2 * j] + xq.bsum16[16 * b + 2 * j + 1]);
-      xq.dk[b] = amax ? 1 / iscale : 0.f;
+      finish_q8_k_block(xq, b, amax, iscale);
     }
     pair_sub_blocks(xq);
   }
