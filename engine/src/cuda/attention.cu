@@ -310,6 +310,204 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   store_output(num);
 }
 
+// Grouped: one block a (split, token, kv head) for the kG query heads that share the kv head
+// (grid (splits, kv_heads, n), 256 threads, clusters of the splits along x, merged as the
+// counted push above merges them), so each key and value row is loaded once for the kG heads
+// instead of once a head: the per-head kernel above reads the cache kG times over (through L2),
+// 14.7 MB a layer for the 7B's 2 MB at context 512. head_dim 128: a warp takes a position, each
+// lane a float4 of its key and value rows, kGroupBatch positions a lane in flight; for each head
+// the lane's part of q . k is summed over the warp and the warp keeps that head's online softmax
+// (m, l, and its float4 of the values). The warps' partials are combined in shared memory, each
+// block pushes its kG partials into block 0's shared memory (counted on block 0's barrier), and
+// block 0 weighs the splits, a warp a head, and writes the outputs (with their int8 copy).
+// Trace marks as above: 1 positions summed, 2 stores begin, 3 block 0 has every partial, 4 it
+// has their weights.
+constexpr int kGroupBatch = 4;
+constexpr int kGroupThreads = 256, kGroupWarps = kGroupThreads / kWarp, kGroupHeadDim = 128;
+// Dynamic shared memory of the grouped kernel: every warp's values, m and l for each head; then
+// (block 0) every split's partials; then the splits' weights.
+__host__ __device__ constexpr size_t grouped_smem(int group, int splits) {
+  return (size_t(kGroupWarps) * group * (kGroupHeadDim + 4) + size_t(splits) * group * (kGroupHeadDim + 2) +
+          size_t(group) * kMaxAttentionCluster) * sizeof(float);
+}
+template <int kG>
+__global__ void __launch_bounds__(kGroupThreads) attention_grouped_kernel(DecodeAttention a, const float* q,
+                                                                         const int* pos, float* out) {
+  RUNAHEAD_TRACE_BLOCK(attention);
+  // A split's partial: m, l, then the values; a warp's: m, l, two unused, then the values (16-byte aligned).
+  constexpr int hd = kGroupHeadDim, stride = hd + 2, warp_stride = hd + 4;
+  extern __shared__ __align__(16) float grouped[];
+  float* warp_part = grouped;                                  // [warp][head]
+  float* gathered = grouped + kGroupWarps * kG * warp_stride;  // [split][head] (block 0)
+  float* weight = gathered + gridDim.x * kG * stride;    // [head][split] (block 0)
+  __shared__ uint64_t arrived;
+  const int split = blockIdx.x, kv = blockIdx.y, t = blockIdx.z, S = gridDim.x;
+  if (threadIdx.x == 0 && cluster_rank() == 0) {
+    mbarrier_init(&arrived, 1);
+    mbarrier_expect_bytes(&arrived, unsigned(S) * unsigned(kG * stride) * unsigned(sizeof(float)));
+    mbarrier_init_fence();
+  }
+  cluster_arrive_relaxed();  // every block of the cluster started: waited for before the stores
+  const float scale = rsqrtf(float(hd));
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, kv_dim = a.kv_heads * hd;
+  const int p0 = *pos, len = p0 + t + 1;  // final before pdl_wait (see attention_decode_kernel)
+  const int chunk = (len + S - 1) / S;
+  const int begin = min(len, split * chunk), end = min(len, begin + chunk), count = end - begin;
+  const int written = p0 - begin;
+  const int row4 = kv_dim / 4;
+  const float4* K = reinterpret_cast<const float4*>(a.k_cache + size_t(begin) * kv_dim + size_t(kv) * hd) + lane;
+  const float4* V = reinterpret_cast<const float4*>(a.v_cache + size_t(begin) * kv_dim + size_t(kv) * hd) + lane;
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 k[kGroupBatch], v[kGroupBatch];
+#pragma unroll
+  for (int b = 0; b < kGroupBatch; ++b) {
+    const int i = warp + b * kGroupWarps;
+    const bool early = i < count && i < written;
+    k[b] = early ? K[size_t(i) * row4] : zero;
+    v[b] = early ? V[size_t(i) * row4] : zero;
+  }
+  pdl_wait();
+  pdl_trigger();
+#pragma unroll
+  for (int b = 0; b < kGroupBatch; ++b) {
+    const int i = warp + b * kGroupWarps;
+    if (i < count && i >= written) k[b] = K[size_t(i) * row4], v[b] = V[size_t(i) * row4];
+  }
+  float4 qv[kG], acc[kG];
+  float m[kG], l[kG];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    qv[g] = reinterpret_cast<const float4*>(q + (size_t(t) * a.heads + size_t(kv) * kG + g) * hd)[lane];
+    acc[g] = zero, m[g] = -INFINITY, l[g] = 0.0f;
+  }
+  for (int i0 = warp; i0 < count; i0 += kGroupBatch * kGroupWarps) {  // warp-uniform
+    if (i0 != warp) {
+#pragma unroll
+      for (int b = 0; b < kGroupBatch; ++b) {
+        const int i = i0 + b * kGroupWarps;
+        k[b] = i < count ? K[size_t(i) * row4] : zero;
+        v[b] = i < count ? V[size_t(i) * row4] : zero;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      float dot[kGroupBatch], m_new = m[g];
+#pragma unroll
+      for (int b = 0; b < kGroupBatch; ++b)
+        dot[b] = fmaf(qv[g].x, k[b].x, fmaf(qv[g].y, k[b].y, fmaf(qv[g].z, k[b].z, qv[g].w * k[b].w)));
+#pragma unroll
+      for (int o = kWarp / 2; o > 0; o >>= 1)
+#pragma unroll
+        for (int b = 0; b < kGroupBatch; ++b) dot[b] += __shfl_xor_sync(0xffffffffu, dot[b], o);
+#pragma unroll
+      for (int b = 0; b < kGroupBatch; ++b)
+        if (i0 + b * kGroupWarps < count) m_new = fmaxf(m_new, dot[b]);
+      // m_new is finite: position i0 is this warp's
+      const float c = expf((m[g] - m_new) * scale);
+      l[g] *= c;
+      acc[g].x *= c, acc[g].y *= c, acc[g].z *= c, acc[g].w *= c;
+#pragma unroll
+      for (int b = 0; b < kGroupBatch; ++b) {
+        if (i0 + b * kGroupWarps < count) {
+          const float p = expf((dot[b] - m_new) * scale);
+          l[g] += p;
+          acc[g].x = fmaf(p, v[b].x, acc[g].x), acc[g].y = fmaf(p, v[b].y, acc[g].y);
+          acc[g].z = fmaf(p, v[b].z, acc[g].z), acc[g].w = fmaf(p, v[b].w, acc[g].w);
+        }
+      }
+      m[g] = m_new;
+    }
+  }
+  trace_mark(0);
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    float* part = warp_part + (warp * kG + g) * warp_stride;
+    reinterpret_cast<float4*>(part + 4)[lane] = acc[g];
+    if (lane == 0) part[0] = m[g], part[1] = l[g];
+  }
+  __syncthreads();
+  // This block's partial of head g: the warps rescaled to the largest of their maxima.
+  cluster_wait();  // every block has started: block 0's shared memory is there
+  trace_mark(1);
+  for (int e = threadIdx.x; e < kG * (hd + 1); e += kGroupThreads) {
+    const int g = e / (hd + 1), d = e % (hd + 1);  // d == hd: m and l
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kGroupWarps; ++w) M = fmaxf(M, warp_part[(w * kG + g) * warp_stride]);
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kGroupWarps; ++w) {
+      const float* part = warp_part + (w * kG + g) * warp_stride;
+      const float wt = part[0] == -INFINITY ? 0.0f : expf((part[0] - M) * scale);
+      total = fmaf(wt, d < hd ? part[4 + d] : part[1], total);
+    }
+    float* to = gathered + (split * kG + g) * stride;
+    if (d < hd) {
+      cluster_store_counted(to + 2 + d, 0u, total, &arrived);
+    } else {
+      cluster_store_counted(to, 0u, M, &arrived);
+      cluster_store_counted(to + 1, 0u, total, &arrived);
+    }
+  }
+  if (cluster_rank() != 0) return;
+  mbarrier_wait(&arrived, 0);
+  trace_mark(2);
+  // Split s of head g weighs exp((m_s - M) * scale) / sum_s exp((m_s - M) * scale) l_s: warp g.
+  if (warp < kG) {
+    const int s = lane;
+    const float* g0 = gathered + (s * kG + warp) * stride;
+    const float ms = s < S ? g0[0] : -INFINITY, ls = s < S ? g0[1] : 0.0f;
+    const float Ms = warp_max(ms);
+    const float w = s < S && ms != -INFINITY ? expf((ms - Ms) * scale) : 0.0f;
+    const float den = warp_sum(w * ls);
+    if (s < kMaxAttentionCluster) weight[warp * kMaxAttentionCluster + s] = w / den;
+  }
+  __syncthreads();
+  trace_mark(3);
+  // Outputs a warp 32 dimensions of one head at a time, so each warp quantizes whole groups.
+  const int width = a.heads * hd;
+  for (int c = warp; c < kG * (hd / kWarp); c += kGroupWarps) {
+    const int g = c / (hd / kWarp), d = (c % (hd / kWarp)) * kWarp + lane;
+    float num = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxAttentionCluster; ++s)
+      if (s < S) num = fmaf(weight[g * kMaxAttentionCluster + s], gathered[(s * kG + g) * stride + 2 + d], num);
+    const size_t kk = (size_t(kv) * kG + g) * hd + d;
+    out[size_t(t) * width + kk] = num;
+    if (a.q8.q) {
+      float q8_scale;
+      a.q8.q[size_t(t) * width + kk] = q8_lane(num, q8_scale);
+      if (lane == 0) a.q8.d[size_t(t) * (width / 32) + kk / 32] = q8_scale;
+    }
+  }
+}
+
+template <int kG> auto grouped_kernel() {
+  const auto kernel = attention_grouped_kernel<kG>;
+  static const bool set = (check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+                                      "cudaFuncSetAttribute(grouped attention cluster)"),
+                           check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                           int(grouped_smem(kG, kMaxAttentionCluster))),
+                                      "cudaFuncSetAttribute(grouped attention shared memory)"),
+                           true);
+  (void)set;
+  return kernel;
+}
+using GroupedKernel = void (*)(DecodeAttention, const float*, const int*, float*);
+// The grouped kernel for `group` query heads a kv head (2-8), or null.
+GroupedKernel grouped_for(int group) {
+  switch (group) {
+    case 2: return grouped_kernel<2>();
+    case 3: return grouped_kernel<3>();
+    case 4: return grouped_kernel<4>();
+    case 5: return grouped_kernel<5>();
+    case 6: return grouped_kernel<6>();
+    case 7: return grouped_kernel<7>();
+    case 8: return grouped_kernel<8>();
+    default: return nullptr;
+  }
+}
+
 // RUNAHEAD_CUDA_ATTENTION_THREADS=128|256 forces the block size (threads_for), to measure.
 int forced_threads() {
   static const int threads = [] {
@@ -385,6 +583,27 @@ bool attention_cluster_fits(int splits, bool push, bool counted) {
   return clusters > 0;
 }
 
+bool attention_grouped_fits(int heads, int kv_heads, int head_dim, int splits) {
+  if (kv_heads <= 0 || heads % kv_heads != 0 || head_dim != kGroupHeadDim || splits < 2 ||
+      splits > kMaxAttentionCluster || !bulk_copies_on())
+    return false;
+  const GroupedKernel kernel = grouped_for(heads / kv_heads);
+  if (!kernel) return false;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(splits, 1, 1);
+  config.blockDim = dim3(kGroupThreads);
+  config.dynamicSmemBytes = grouped_smem(heads / kv_heads, splits);
+  cudaLaunchAttribute attr = cluster_attribute(unsigned(splits));
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return clusters > 0;
+}
+
 size_t attention_partial_floats(int heads, int head_dim, int splits) {
   return size_t(kMaxVecTokens) * heads * splits * (head_dim + 2);
 }
@@ -397,6 +616,14 @@ void attention_decode(const DecodeAttention& a, const float* q, int n, const int
                                          ": the CUDA attention needs a multiple of 4 that divides 512, at most 128");
   if (a.cluster && (a.splits < 2 || a.splits > kMaxAttentionCluster))
     throw EngineError("internal", "attention_decode: a cluster of " + std::to_string(a.splits) + " splits");
+  if (a.grouped) {
+    const GroupedKernel kernel = grouped_for(a.heads / a.kv_heads);
+    if (!kernel || a.head_dim != kGroupHeadDim || a.splits < 2 || a.splits > kMaxAttentionCluster)
+      throw EngineError("internal", "attention_decode: grouped heads where attention_grouped_fits says no");
+    launch_pdl_clusters(unsigned(a.splits), kernel, dim3(a.splits, a.kv_heads, n), dim3(kGroupThreads),
+                        grouped_smem(a.heads / a.kv_heads, a.splits), stream, a, q, pos, out);
+    return;
+  }
   const bool wide = threads_for(a, n) == 256;
   if (a.cluster)
     wide ? launch<256, true>(a, q, n, pos, out, stream) : launch<128, true>(a, q, n, pos, out, stream);
