@@ -325,10 +325,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
 constexpr int kGroupBatch = 4;
 constexpr int kGroupThreads = 256, kGroupWarps = kGroupThreads / kWarp, kGroupHeadDim = 128;
 // Dynamic shared memory of the grouped kernel: every warp's values, m and l for each head; then
-// (block 0) every split's partials; then the splits' weights.
+// (block 0) every split's partials; then the splits' weights and the warps'.
 __host__ __device__ constexpr size_t grouped_smem(int group, int splits) {
   return (size_t(kGroupWarps) * group * (kGroupHeadDim + 4) + size_t(splits) * group * (kGroupHeadDim + 2) +
-          size_t(group) * kMaxAttentionCluster) * sizeof(float);
+          size_t(group) * (kMaxAttentionCluster + kGroupWarps)) * sizeof(float);
 }
 template <int kG>
 __global__ void __launch_bounds__(kGroupThreads) attention_grouped_kernel(DecodeAttention a, const float* q,
@@ -340,6 +340,7 @@ __global__ void __launch_bounds__(kGroupThreads) attention_grouped_kernel(Decode
   float* warp_part = grouped;                                  // [warp][head]
   float* gathered = grouped + kGroupWarps * kG * warp_stride;  // [split][head] (block 0)
   float* weight = gathered + gridDim.x * kG * stride;    // [head][split] (block 0)
+  float* warp_weight = weight + kG * kMaxAttentionCluster;  // [warp][head]
   __shared__ uint64_t arrived;
   const int split = blockIdx.x, kv = blockIdx.y, t = blockIdx.z, S = gridDim.x;
   if (threadIdx.x == 0 && cluster_rank() == 0) {
@@ -426,20 +427,28 @@ __global__ void __launch_bounds__(kGroupThreads) attention_grouped_kernel(Decode
     if (lane == 0) part[0] = m[g], part[1] = l[g];
   }
   __syncthreads();
-  // This block's partial of head g: the warps rescaled to the largest of their maxima.
+  // This block's partial of head g: the warps rescaled to the largest of their maxima, warp w
+  // weighing exp((m_w - M) * scale) (a thread a (warp, head), into the m slot, once M is known).
+  if (threadIdx.x < kGroupWarps * kG) {
+    const int g = threadIdx.x % kG;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kGroupWarps; ++w) M = fmaxf(M, warp_part[(w * kG + g) * warp_stride]);
+    const float m_w = warp_part[threadIdx.x * warp_stride];
+    warp_weight[threadIdx.x] = m_w == -INFINITY ? 0.0f : expf((m_w - M) * scale);
+    if (threadIdx.x < kG) warp_part[threadIdx.x * warp_stride + 2] = M;  // warp 0's unused slot
+  }
+  __syncthreads();
   cluster_wait();  // every block has started: block 0's shared memory is there
   trace_mark(1);
   for (int e = threadIdx.x; e < kG * (hd + 1); e += kGroupThreads) {
     const int g = e / (hd + 1), d = e % (hd + 1);  // d == hd: m and l
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kGroupWarps; ++w) M = fmaxf(M, warp_part[(w * kG + g) * warp_stride]);
+    const float M = warp_part[g * warp_stride + 2];
     float total = 0.0f;
 #pragma unroll
     for (int w = 0; w < kGroupWarps; ++w) {
       const float* part = warp_part + (w * kG + g) * warp_stride;
-      const float wt = part[0] == -INFINITY ? 0.0f : expf((part[0] - M) * scale);
-      total = fmaf(wt, d < hd ? part[4 + d] : part[1], total);
+      total = fmaf(warp_weight[w * kG + g], d < hd ? part[4 + d] : part[1], total);
     }
     float* to = gathered + (split * kG + g) * stride;
     if (d < hd) {
