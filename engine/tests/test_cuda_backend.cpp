@@ -312,46 +312,6 @@ TEST_CASE("cuda ops: decode attention over long contexts with grouped query head
   }
 }
 
-TEST_CASE("cuda ops: decode attention with a block for each kv head's query heads (grouped)") {
-  if (!have_device() || !rings_run_here()) return;
-  std::mt19937 rng(12);
-  const int hd = 128, cap = 640, n = 3;
-  // 7 and 6 query heads a kv head (the Qwen2.5 7B's and 1.5B's), 4 (Llama 3 8B's); a context
-  // long enough for several rounds of positions a warp, and one shorter than the splits.
-  struct Shape {
-    int heads, kv_heads, p0;
-  };
-  for (const auto& [heads, kv_heads, p0] : {Shape{14, 2, 600}, {12, 2, 300}, {8, 2, 9}, {7, 1, 0}}) {
-    const int qd = heads * hd, kvd = kv_heads * hd;
-    auto q = random_floats(size_t(n) * qd, rng), k = random_floats(size_t(cap) * kvd, rng),
-         v = random_floats(size_t(cap) * kvd, rng);
-    DeviceBuffer dq = to_device(q), dk = to_device(k), dv = to_device(v), dpos = to_device(std::vector<int>{p0});
-    const std::vector<double> ref = attention_refs(q, k, v, heads, kv_heads, hd, n, p0);
-    for (int splits : {2, 5, 16}) {
-      CAPTURE(heads);
-      CAPTURE(p0);
-      CAPTURE(splits);
-      REQUIRE(attention_grouped_fits(heads, kv_heads, hd, splits));
-      AttentionRun run = attention_run(heads, kv_heads, hd, cap, splits, true, dk, dv);
-      run.att.grouped = true;
-      DeviceBuffer dout(size_t(n) * qd * 4), q8(size_t(n) * qd), d8(size_t(n) * qd / 32 * 4), q8_ref(size_t(n) * qd),
-          d8_ref(size_t(n) * qd / 32 * 4);
-      run.att.q8 = Q8Scratch{q8.get<int8_t>(), d8.get<float>()};
-      for (int round = 0; round < 2; ++round) {
-        attention_decode(run.att, dq.get<float>(), n, dpos.get<int>(), dout.get<float>(), nullptr);
-        CHECK(rel_error(to_host<float>(dout, ref.size()), ref) < 1e-5);
-      }
-      quantize_inputs_q8(dout.get<float>(), nullptr, n, qd, Q8Scratch{q8_ref.get<int8_t>(), d8_ref.get<float>()},
-                         nullptr);
-      CHECK(to_host<int8_t>(q8, size_t(n) * qd) == to_host<int8_t>(q8_ref, size_t(n) * qd));
-      CHECK(to_host<float>(d8, size_t(n) * qd / 32) == to_host<float>(d8_ref, size_t(n) * qd / 32));
-    }
-  }
-  CHECK_FALSE(attention_grouped_fits(14, 2, 64, 5));   // head_dim 64
-  CHECK_FALSE(attention_grouped_fits(18, 2, 128, 5));  // 9 query heads a kv head
-  CHECK_FALSE(attention_grouped_fits(14, 2, 128, 17)); // more splits than a cluster holds
-}
-
 TEST_CASE("cuda ops: embedding_lookup and matvec in f16 and f32") {
   if (!have_device()) return;
   std::mt19937 rng(3);

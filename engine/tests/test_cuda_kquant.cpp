@@ -515,24 +515,5 @@ TEST_CASE("cuda k-quant: a Q4_K_M load reads the blocks without a warning, on ei
   }
 }
 
-
-// The grouped decode attention (a block for each kv head's query heads, DecodeAttention::grouped)
-// against the per-head kernel on a model whose heads are 128 wide: the same logits but for
-// summation order over a prompt and 12 decode steps.
-TEST_CASE("cuda: grouped decode attention gives the per-head kernel's logits but for summation order") {
-  if (!have_device() || !rings_run_here()) return;
-  TempDir dir;
-  auto config = k_quant_config(false, 2);
-  config["hidden_size"] = 512;  // 4 heads of 128, 2 kv heads
-  write_random_model(dir.path, config, 13);
-  const ModelWeights base = with_dense_matrices(load_model(dir.path), DType::F32);
-  const auto w = std::make_shared<const ModelWeights>(quantize_matrices(base, QuantType::Q8_0));
-  BackendOptions options;
-  options.context_length = 256;
-  options.require = {"quantized_kernels"};
-  SwitchedPair p = flagged_pair(w, options, "RUNAHEAD_CUDA_ATTENTION_GROUPED", "1", "decode_attention_grouped_heads");
-  check_decode_gaps({{"grouped against per-head", p.on.get(), p.off.get()}}, w->config.vocab_size);
-}
-
 }  // namespace
 #endif  // RUNAHEAD_CUDA

@@ -248,7 +248,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"ring_prefetches_next_kb", ring_prefetch_ / 1024},
               {"down_launched_before_its_quantize_waits", !layers_.empty() && down_quantized_early()},
               {"decode_attention_merged_in_cluster", attention_.cluster},
-              {"decode_attention_grouped_heads", attention_.grouped},
               {"decode_attention_partials_counted", attention_.counted},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"kquant_gate_up_ring", any_layer_of(DType::Q4_K, gate_up_ring)},
@@ -626,18 +625,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                       attention_cluster_fits(attention_.splits, true);
     attention_.counted = attention_.push && !env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "uncounted") &&
                          attention_cluster_fits(attention_.splits, true, true);
-    // RUNAHEAD_CUDA_ATTENTION_GROUPED=1: a block a (split, kv head) for the query heads that
-    // share it, 16 splits (or RUNAHEAD_CUDA_ATTENTION_SPLITS) in a cluster, where it runs
-    // (DecodeAttention::grouped), to measure.
-    if (env_is("RUNAHEAD_CUDA_ATTENTION_GROUPED", "1")) {
-      const char* forced = std::getenv("RUNAHEAD_CUDA_ATTENTION_SPLITS");
-      const int splits = forced ? std::clamp(std::atoi(forced), 1, 32) : kMaxAttentionCluster;
-      if (attention_grouped_fits(c_.num_heads, c_.num_kv_heads, hd, splits)) {
-        attention_.grouped = true;
-        attention_.splits = splits;
-        attention_.cluster = true;
-      }
-    }
     attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
     attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
     check_cuda(cudaMemset(attention_counters_.get(), 0, attention_counters_.bytes()), "cudaMemset");

@@ -166,9 +166,6 @@ struct DecodeAttention {
   // With `push`: the stores are asynchronous, counted in bytes on a barrier of block 0's, which
   // waits for them alone; the other blocks leave without a fence or a cluster barrier.
   bool counted = false;
-  // One block a (split, token, kv head) for all the query heads that share it (attention.cu's
-  // grouped kernel; where attention_grouped_fits; `splits` is then its splits, in a cluster).
-  bool grouped = false;
   const float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
   const float* v_cache = nullptr;
   float* partial = nullptr;  // attention_partial_floats(...)
@@ -181,9 +178,6 @@ int attention_splits(int heads, int sms);
 // Whether clusters of `splits` attention blocks run on this device (with DecodeAttention::push
 // and ::counted).
 bool attention_cluster_fits(int splits, bool push = false, bool counted = false);
-// Whether the grouped kernel runs here for this shape with `splits` splits (head_dim 128, 2-8
-// query heads a kv head, 2-16 splits, clusters).
-bool attention_grouped_fits(int heads, int kv_heads, int head_dim, int splits);
 size_t attention_partial_floats(int heads, int head_dim, int splits);
 void attention_decode(const DecodeAttention& a, const float* q, int n, const int* pos, float* out,
                       cudaStream_t stream);
