@@ -283,15 +283,18 @@ TEST_CASE("cuda ops: decode attention over long contexts with grouped query head
     bool cluster;
     bool push;     // DecodeAttention::push
     bool counted;  // DecodeAttention::counted
+    bool by_warp;  // DecodeAttention::weigh_by_warp
   };
-  for (const auto& [splits, cluster, push, counted] :
-       {Merge{1, false, false, false}, {5, false, false, false}, {32, false, false, false}, {5, true, false, false},
-        {16, true, false, false}, {5, true, true, false}, {16, true, true, false}, {5, true, true, true},
-        {16, true, true, true}}) {
+  for (const auto& [splits, cluster, push, counted, by_warp] :
+       {Merge{1, false, false, false, false}, {5, false, false, false, false}, {32, false, false, false, false},
+        {5, true, false, false, false}, {16, true, false, false, false}, {5, true, true, false, false},
+        {16, true, true, false, false}, {5, true, true, true, false}, {16, true, true, true, false},
+        {5, true, true, true, true}, {16, true, true, true, true}}) {
     CAPTURE(splits);
     CAPTURE(cluster);
     CAPTURE(push);
     CAPTURE(counted);
+    CAPTURE(by_warp);
     if (cluster && !rings_run_here()) continue;
     if (cluster) REQUIRE(attention_cluster_fits(splits));
     if (cluster) REQUIRE(attention_cluster_fits(splits, push, counted));
@@ -299,6 +302,7 @@ TEST_CASE("cuda ops: decode attention over long contexts with grouped query head
     DecodeAttention& att = run.att;
     att.push = push;
     att.counted = counted;
+    att.weigh_by_warp = by_warp;
     DeviceBuffer dout(size_t(n) * qd * 4), q8(size_t(n) * qd), d8(size_t(n) * qd / 32 * 4), q8_ref(size_t(n) * qd),
         d8_ref(size_t(n) * qd / 32 * 4);
     att.q8 = Q8Scratch{q8.get<int8_t>(), d8.get<float>()};

@@ -237,9 +237,27 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
     if (cluster_rank() != 0) return;
     mbarrier_wait(&arrived, 0);
     trace_mark(2);
-    // Split s weighs exp((m_s - M) * scale) / sum_s exp((m_s - M) * scale) l_s: every thread
-    // weighs them itself from the same broadcast loads.
+    // Split s weighs exp((m_s - M) * scale) / sum_s exp((m_s - M) * scale) l_s.
     if (d >= hd) return;  // whole warps (head_dim a multiple of 32 when quantizing)
+    if (a.weigh_by_warp && hd % kWarp == 0) {
+      // warp 0 weighs them, a lane a split, and the head's warps meet at a named barrier
+      if (threadIdx.x < kWarp) {
+        const int s = threadIdx.x;
+        const float ms = s < S ? gathered[s * (hd + 2)] : -INFINITY, ls = s < S ? gathered[s * (hd + 2) + 1] : 0.0f;
+        const float Ms = warp_max(ms);
+        const float w = s < S && ms != -INFINITY ? expf((ms - Ms) * scale) : 0.0f;
+        weight[s] = w / warp_sum(w * ls);
+      }
+      asm volatile("bar.sync 2, %0;" ::"r"(hd) : "memory");
+      float num = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kMaxAttentionCluster; ++s)
+        if (s < S) num = fmaf(weight[s], gathered[s * (hd + 2) + 2 + d], num);
+      trace_mark(3);
+      store_output(num);
+      return;
+    }
+    // else every thread weighs them itself from the same broadcast loads
     float M = -INFINITY;
 #pragma unroll
     for (int s = 0; s < kMaxAttentionCluster; ++s)

@@ -625,6 +625,8 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                       attention_cluster_fits(attention_.splits, true);
     attention_.counted = attention_.push && !env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "uncounted") &&
                          attention_cluster_fits(attention_.splits, true, true);
+    // RUNAHEAD_CUDA_ATTENTION_WEIGH=warp: the counted merge's weights by one warp (DecodeAttention::weigh_by_warp), to measure.
+    attention_.weigh_by_warp = attention_.counted && env_is("RUNAHEAD_CUDA_ATTENTION_WEIGH", "warp");
     attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
     attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
     check_cuda(cudaMemset(attention_counters_.get(), 0, attention_counters_.bytes()), "cudaMemset");
