@@ -84,7 +84,8 @@ __device__ __forceinline__ void cluster_store_counted(float* p, unsigned rank, f
 // and all meet again so that they stay until it has). kCounted (with kPush): those stores are
 // asynchronous and counted in bytes on a barrier of block 0's (its `arrived`), so a block
 // leaves right after storing, without a release fence or a barrier arrival, and block 0 waits
-// for the bytes alone; each of its threads then weighs the splits itself (no block barrier).
+// for the bytes alone; its first warp then weighs the splits, a lane each, and the head's warps
+// meet at a named barrier (a.weigh_by_warp), or each of its threads weighs them all itself.
 template <int kThreads, bool kCluster, bool kPush = false, bool kCounted = false>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttention a, const float* q,
                                                                    const int* pos, float* out) {

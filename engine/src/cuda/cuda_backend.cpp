@@ -248,6 +248,7 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"ring_prefetches_next_kb", ring_prefetch_ / 1024},
               {"down_launched_before_its_quantize_waits", !layers_.empty() && down_quantized_early()},
               {"decode_attention_merged_in_cluster", attention_.cluster},
+              {"decode_attention_splits_weighed_by_one_warp", attention_.weigh_by_warp},
               {"decode_attention_partials_counted", attention_.counted},
               {"o_proj_inputs_quantized_by_attention", attention_q8_},
               {"kquant_gate_up_ring", any_layer_of(DType::Q4_K, gate_up_ring)},
@@ -625,8 +626,11 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
                       attention_cluster_fits(attention_.splits, true);
     attention_.counted = attention_.push && !env_is("RUNAHEAD_CUDA_ATTENTION_PUSH", "uncounted") &&
                          attention_cluster_fits(attention_.splits, true, true);
-    // RUNAHEAD_CUDA_ATTENTION_WEIGH=warp: the counted merge's weights by one warp (DecodeAttention::weigh_by_warp), to measure.
-    attention_.weigh_by_warp = attention_.counted && env_is("RUNAHEAD_CUDA_ATTENTION_WEIGH", "warp");
+    // The counted merge's split weights by one warp, the head's warps waiting at a barrier
+    // (DecodeAttention::weigh_by_warp; H100, ms/token, five rounds at contexts 512 and 2048:
+    // 1.5B Q4_K_M x0.990-0.996, 7B Q4_K_M x0.993-1.000, 7B Q8_0 x0.998-1.000: NOTES v53);
+    // RUNAHEAD_CUDA_ATTENTION_WEIGH=threads: every thread weighs every split, to measure.
+    attention_.weigh_by_warp = attention_.counted && hd % 32 == 0 && !env_is("RUNAHEAD_CUDA_ATTENTION_WEIGH", "threads");
     attention_partial_ = DeviceBuffer(attention_partial_floats(c_.num_heads, hd, attention_.splits) * 4);
     attention_counters_ = DeviceBuffer(size_t(kMaxVecTokens) * c_.num_heads * sizeof(int));
     check_cuda(cudaMemset(attention_counters_.get(), 0, attention_counters_.bytes()), "cudaMemset");

@@ -166,8 +166,9 @@ struct DecodeAttention {
   // With `push`: the stores are asynchronous, counted in bytes on a barrier of block 0's, which
   // waits for them alone; the other blocks leave without a fence or a cluster barrier.
   bool counted = false;
-  // With `counted`: the merging block's first warp weighs the splits, a lane each, and the
-  // others wait for it at a barrier (else every thread weighs them all itself).
+  // With `counted` (head_dim a multiple of 32): the merging block's first warp weighs the
+  // splits, a lane each, and the others wait for it at a barrier (else every thread weighs them
+  // all itself).
   bool weigh_by_warp = false;
   const float* k_cache = nullptr;  // this layer's [capacity, kv_heads * head_dim]
   const float* v_cache = nullptr;
