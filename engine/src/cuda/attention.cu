@@ -66,6 +66,14 @@ __device__ __forceinline__ void cluster_store_counted(float* p, unsigned rank, f
                              : "memory"));
 }
 
+// Split s's weight in the merge, exp((m_s - M) * scale) / sum_s exp((m_s - M) * scale) l_s, in
+// lane s of the warp that calls it (every lane; m_s, l_s: -INFINITY and 0 past the S splits).
+__device__ __forceinline__ float split_weight(float ms, float ls, float scale) {
+  const float Ms = warp_max(ms);
+  const float w = ms != -INFINITY ? expf((ms - Ms) * scale) : 0.0f;
+  return w / warp_sum(w * ls);
+}
+
 // grid (splits, heads, n); block kThreads; kCluster: the splits of a (token, head) are one
 // cluster. Partial of split s: [m, l, acc[head_dim]] with m the largest raw score,
 // l = sum exp((s - m) * scale), acc = sum exp(...) v. A position's key and value rows are read
@@ -238,16 +246,12 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
     if (cluster_rank() != 0) return;
     mbarrier_wait(&arrived, 0);
     trace_mark(2);
-    // Split s weighs exp((m_s - M) * scale) / sum_s exp((m_s - M) * scale) l_s.
     if (d >= hd) return;  // whole warps (head_dim a multiple of 32 when quantizing)
     if (a.weigh_by_warp && hd % kWarp == 0) {
       // warp 0 weighs them, a lane a split, and the head's warps meet at a named barrier
       if (threadIdx.x < kWarp) {
         const int s = threadIdx.x;
-        const float ms = s < S ? gathered[s * (hd + 2)] : -INFINITY, ls = s < S ? gathered[s * (hd + 2) + 1] : 0.0f;
-        const float Ms = warp_max(ms);
-        const float w = s < S && ms != -INFINITY ? expf((ms - Ms) * scale) : 0.0f;
-        weight[s] = w / warp_sum(w * ls);
+        weight[s] = split_weight(s < S ? gathered[s * (hd + 2)] : -INFINITY, s < S ? gathered[s * (hd + 2) + 1] : 0.0f, scale);
       }
       asm volatile("bar.sync 2, %0;" ::"r"(hd) : "memory");
       float num = 0.0f;
@@ -301,19 +305,14 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
     else
       return __ldcg(slot(s) + at);
   };
-  // Split s weighs exp((m_s - M) * scale) / sum_s exp((m_s - M) * scale) l_s.
+  // Every split's values, and their weights by warp 0 (split_weight).
   float values[kWarp];
   if (merges) {
 #pragma unroll
     for (int s = 0; s < kWarp; ++s) values[s] = s < S && d < hd ? partial(s, 2 + d) : 0.0f;
     if (threadIdx.x < kWarp) {
       const int s = threadIdx.x;
-      const float ms = s < S ? partial(s, 0) : -INFINITY;
-      const float ls = s < S ? partial(s, 1) : 0.0f;
-      const float Ms = warp_max(ms);
-      const float w = s < S && ms != -INFINITY ? expf((ms - Ms) * scale) : 0.0f;
-      const float den = warp_sum(w * ls);
-      weight[s] = w / den;
+      weight[s] = split_weight(s < S ? partial(s, 0) : -INFINITY, s < S ? partial(s, 1) : 0.0f, scale);
     }
   }
   if constexpr (kPulled) cluster_sync();  // the other blocks' shared memory stays until it is read
