@@ -163,14 +163,20 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
         v[b] = i < count ? V[size_t(i) * row4 + col] : zero;
       }
     }
-    // The batch's scores, then one rescale to their largest and independent exponentials.
+    // The batch's scores (the positions' shuffle trees side by side: unrolled, so that their
+    // latencies overlap), then one rescale to their largest and independent exponentials.
     float dot[kBatch], m_new = m;
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      dot[b] = fmaf(q4.x, k[b].x, fmaf(q4.y, k[b].y, fmaf(q4.z, k[b].z, q4.w * k[b].w)));
-      for (int o = cols / 2; o > 0; o >>= 1) dot[b] += __shfl_xor_sync(0xffffffffu, dot[b], o);
+    for (int b = 0; b < kBatch; ++b) dot[b] = fmaf(q4.x, k[b].x, fmaf(q4.y, k[b].y, fmaf(q4.z, k[b].z, q4.w * k[b].w)));
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o >>= 1)
+      if (o < cols) {
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) dot[b] += __shfl_xor_sync(0xffffffffu, dot[b], o);
+      }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
       if (i0 + b * groups < count) m_new = fmaxf(m_new, dot[b]);  // the same for every lane of the group
-    }
     if (m_new != -INFINITY) {  // else no position of this group in the batch
       const float c = expf((m - m_new) * scale);
       l *= c;
