@@ -154,20 +154,24 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   float m = -INFINITY, l = 0.0f;
   float4 acc = zero;
   // Every lane of a warp runs the same iterations (the shuffles need the whole warp).
+  // Software-pipelined: the next round's key rows are asked for once this round's scores are
+  // made, each value row once this round has used it, so that their loads overlap this round's
+  // shuffles and exponentials instead of following them.
   for (int i0 = group; i0 - group < count; i0 += kBatch * groups) {
-    if (i0 != group) {
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int i = i0 + b * groups;
-        k[b] = i < count ? K[size_t(i) * row4 + col] : zero;
-        v[b] = i < count ? V[size_t(i) * row4 + col] : zero;
-      }
-    }
+    const int next = i0 + kBatch * groups;
+    const bool more = next - group < count;
     // The batch's scores (the positions' shuffle trees side by side: unrolled, so that their
     // latencies overlap), then one rescale to their largest and independent exponentials.
     float dot[kBatch], m_new = m;
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) dot[b] = fmaf(q4.x, k[b].x, fmaf(q4.y, k[b].y, fmaf(q4.z, k[b].z, q4.w * k[b].w)));
+    if (more) {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = next + b * groups;
+        k[b] = i < count ? K[size_t(i) * row4 + col] : zero;
+      }
+    }
 #pragma unroll
     for (int o = kWarp / 2; o > 0; o >>= 1)
       if (o < cols) {
@@ -181,16 +185,23 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
       const float c = expf((m - m_new) * scale);
       l *= c;
       acc.x *= c, acc.y *= c, acc.z *= c, acc.w *= c;
+      // A position past the split's weighs 0 (its value row is zero), chosen rather than
+      // branched around, so that the exponentials are independent of each other.
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
-        if (i0 + b * groups < count) {
-          const float p = expf((dot[b] - m_new) * scale);
-          l += p;
-          acc.x = fmaf(p, v[b].x, acc.x), acc.y = fmaf(p, v[b].y, acc.y);
-          acc.z = fmaf(p, v[b].z, acc.z), acc.w = fmaf(p, v[b].w, acc.w);
-        }
+        const float p = i0 + b * groups < count ? expf((dot[b] - m_new) * scale) : 0.0f;
+        l += p;
+        acc.x = fmaf(p, v[b].x, acc.x), acc.y = fmaf(p, v[b].y, acc.y);
+        acc.z = fmaf(p, v[b].z, acc.z), acc.w = fmaf(p, v[b].w, acc.w);
       }
       m = m_new;
+    }
+    if (more) {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = next + b * groups;
+        v[b] = i < count ? V[size_t(i) * row4 + col] : zero;
+      }
     }
   }
   trace_mark(0);
@@ -201,6 +212,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   // The split's partial: the groups rescaled to the largest of their maxima (a group without
   // positions weighs 0).
   float M = -INFINITY;
+#pragma unroll 8
   for (int g = 0; g < groups; ++g) M = fmaxf(M, group_m[g]);
   const auto group_weight = [&](int g) { return group_m[g] == -INFINITY ? 0.0f : expf((group_m[g] - M) * scale); };
   // Split s's partial in global memory (without a cluster).
@@ -221,11 +233,13 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeAttent
   if (d < hd) {
     const float* accs = reinterpret_cast<const float*>(group_acc);
     float total = 0.0f;
+#pragma unroll 8
     for (int g = 0; g < groups; ++g) total = fmaf(group_weight(g), accs[g * hd + d], total);
     put(2 + d, total);
   }
   if (threadIdx.x == 0) {
     float L = 0.0f;
+#pragma unroll 8
     for (int g = 0; g < groups; ++g) L = fmaf(group_weight(g), group_l[g], L);
     put(0, M);
     put(1, L);
