@@ -160,20 +160,6 @@ TEST_CASE("cuda q8_0: one token's o_proj and down through the bulk-copy ring com
     CHECK(run.ring);
     CHECK(run.gap < 1e-5);
   }
-  // Short rows with their inputs copied into shared memory too (RingTuning::copy_inputs): 1, 2
-  // and 8 warps a row. (The copy's second round of loads, past 32 KB of inputs, is not reached by
-  // a ring whose stages fit beside them: K = 16384 is 17 KB.)
-  for (const auto [K, split] : {std::pair{512, 1}, std::pair{4096, 2}, std::pair{4096, 8}, std::pair{16384, 8}}) {
-    CAPTURE(K);
-    CAPTURE(split);
-    RingTuning tuning;
-    tuning.split = split;
-    tuning.long_rows = -1;
-    tuning.copy_inputs = 1;
-    const ResidualRun run = q8_residual_run(128, K, 1, KqRing::Forced, tuning, rng);
-    CHECK(run.ring);
-    CHECK(run.gap < 1e-5);
-  }
   // Rows of 96 weights, or rows not a whole number of tiles, take the per-warp kernel.
   for (const auto [rows, K] : {std::pair{128, 96}, std::pair{70, 4096}}) {
     CAPTURE(rows);

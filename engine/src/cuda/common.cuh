@@ -605,13 +605,7 @@ template <class Kernel> int blocks_per_sm(Kernel kernel, int threads, size_t sme
 // scale = largest magnitude / 127, q = round(v / scale) (0 when all are 0). (One reciprocal a
 // group, v * (1 / scale) as llama.cpp's CPU quantizer does, measured no faster: NOTES v47.)
 __device__ __forceinline__ int8_t q8_value(float v, float amax, float scale) {
-  // Divided whether or not amax is 0 (0 / 0 then, not used) and chosen after: no branch, so that
-  // a thread's divisions of several values overlap (a plain `v / scale`, the same IEEE division,
-  // the compiler moves into a branch).
-  float quotient;
-  asm volatile("div.rn.f32 %0, %1, %2;" : "=f"(quotient) : "f"(v), "f"(scale));
-  const float r = roundf(quotient);
-  return int8_t(amax == 0.0f ? 0 : int(r));
+  return int8_t(amax == 0.0f ? 0 : int(roundf(v / scale)));
 }
 __device__ __forceinline__ int8_t q8_lane(float v, float& scale) {
   const float amax = warp_max(fabsf(v));
@@ -651,31 +645,21 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
       xv[u] = k < K ? *reinterpret_cast<const float4*>(x + k) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       gv[u] = k < K ? __ldg(reinterpret_cast<const float4*>(g + k)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    // Every load's group quantized, those past the end too (zeros: they store nothing and add
-    // nothing to sq), in three passes over the loads (values and maxima; the groups' shuffles,
-    // a level for all loads at a time; scales, quantized values and stores), so that the loads'
-    // shuffles and divisions overlap (a warp leaving at its first load past the end, each load
-    // done whole before the next, ran them one load after another).
-    float v[kStageLoads][4], amax[kStageLoads];
-#pragma unroll
-    for (int u = 0; u < kStageLoads; ++u) {
-      const float4 a = xv[u], b = gv[u];
-      sq = fmaf(a.x, a.x, fmaf(a.y, a.y, fmaf(a.z, a.z, fmaf(a.w, a.w, sq))));
-      v[u][0] = a.x * b.x, v[u][1] = a.y * b.y, v[u][2] = a.z * b.z, v[u][3] = a.w * b.w;
-      amax[u] = fmaxf(fmaxf(fabsf(v[u][0]), fabsf(v[u][1])), fmaxf(fabsf(v[u][2]), fabsf(v[u][3])));
-    }
-#pragma unroll
-    for (int o = 1; o < 8; o *= 2)  // the group's 8 lanes
-#pragma unroll
-      for (int u = 0; u < kStageLoads; ++u) amax[u] = fmaxf(amax[u], __shfl_xor_sync(0xFFFFFFFFu, amax[u], o));
 #pragma unroll
     for (int u = 0; u < kStageLoads; ++u) {
       const int k = base + (u * warps + warp) * 128 + 4 * lane;
-      const float scale = amax[u] / 127.0f;
+      if (base + (u * warps + warp) * 128 >= K) break;  // the warp's whole load is past the end
+      const float4 a = xv[u], b = gv[u];
+      sq = fmaf(a.x, a.x, fmaf(a.y, a.y, fmaf(a.z, a.z, fmaf(a.w, a.w, sq))));
+      const float v[4] = {a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w};
+      float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+      for (int o = 1; o < 8; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));  // the group's 8 lanes
+      const float scale = amax / 127.0f;
       uint32_t packed = 0;
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        packed |= uint32_t(uint8_t(q8_value(v[u][i], amax[u], scale))) << (8 * i);
+        packed |= uint32_t(uint8_t(q8_value(v[i], amax, scale))) << (8 * i);
       if (k < K) {
         *reinterpret_cast<uint32_t*>(q + k) = packed;
         if (planar) *reinterpret_cast<uint32_t*>(planar + planar_index(k, K)) = packed;

@@ -244,7 +244,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"ring_tiles_in_flight", ring_flags_.in_flight},
               {"ring_inputs_staged_by_consumers", ring_flags_.consumers_stage},
               {"residual_ring_inputs_copied_by_consumers", residual_tuning_.flags.consumers_stage},
-              {"short_residual_rings_copy_inputs", residual_tuning_.copy_inputs > 0},
               {"ring_producers_unwaited", ring_flags_.producer_unwaited && ring_flags_.consumers_stage},
               {"ring_prefetches_next_kb", ring_prefetch_ / 1024},
               {"down_launched_before_its_quantize_waits", !layers_.empty() && down_quantized_early()},
@@ -707,7 +706,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     // RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0: down launched before its quantize waits always /
     // never (RingTuning::quantize_early; its rule otherwise), to measure.
     residual_tuning_.quantize_early = env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "1") ? 1 : env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "0") ? -1 : 0;
-    residual_tuning_.copy_inputs = env_is("RUNAHEAD_CUDA_RING_COPY", "1") ? 1 : 0;
     if (!env_is("RUNAHEAD_CUDA_RING_CURSOR", "0")) {
       ring_cursors_ = DeviceBuffer(size_t(c_.num_layers) * 3 * 2 * sizeof(int));
       check_cuda(cudaMemset(ring_cursors_.get(), 0, ring_cursors_.bytes()), "cudaMemset");

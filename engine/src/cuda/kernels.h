@@ -209,10 +209,6 @@ struct RingTuning {
   // where the ring's rows are not long (the 1.5B's down, not the 7B's: NOTES v43); 1 always, -1
   // never (RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0, to measure).
   int quantize_early = 0;
-  // 1: the rings of matrices whose rows are not long copy their inputs into shared memory too
-  // (ring_copied_inputs) instead of reading them from global memory in the sums (0: the long
-  // ones alone; RUNAHEAD_CUDA_RING_COPY=1, to measure).
-  int copy_inputs = 0;
 };
 void matvec_residual_add(const void* w, DType dtype, const void* scale, int rows, int K, const float* in, int n,
                          float* x, const Q8Scratch& q8, int sms, cudaStream_t stream, bool quantized = false,

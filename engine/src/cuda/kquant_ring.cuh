@@ -323,12 +323,7 @@ __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const f
 // the values the rows read: pair-planar where `planar`, else as stored), so that the consumers'
 // loads of them wait on shared memory rather than L1 (stage_q8_bytes(K) bytes). Every thread
 // calls it (in `inputs`); it ends with a barrier. `consumers`: the consumer warps alone call it
-// and meet at named barrier 1 (RingFlags::consumers_stage). The values' and the scales' 16-byte
-// pieces are one run of indices, each thread's kCopyLoads loads asked for before any is stored,
-// so that the copy is one round trip to memory (up to kCopyLoads * 16 * threads bytes: 32 KB of
-// a block of 8 warps; the 7B's down, K = 18944, is 21 KB). As separate loops (the values' with a
-// remainder loop first, then the scales') a thread's loads went two or three round trips.
-constexpr int kCopyLoads = 8;
+// and meet at named barrier 1 (RingFlags::consumers_stage).
 __device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool planar, unsigned char* smem,
                                                        bool consumers = false) {
   const int K = q8.K, scales = K / 32, threads = consumers ? kRingWarps * kWarp : int(blockDim.x);
@@ -336,20 +331,9 @@ __device__ __forceinline__ Q8Inputs ring_copied_inputs(const Q8Inputs& q8, bool 
   int8_t* q = reinterpret_cast<int8_t*>(smem + size_t(scales) * sizeof(float));
   const uint4* from_q = reinterpret_cast<const uint4*>(planar ? q8.planar : q8.q);
   const uint4* from_d = reinterpret_cast<const uint4*>(q8.d);
-  const int pieces_q = K / 16, pieces = pieces_q + scales / 4;
-  for (int base = int(threadIdx.x); base < pieces; base += kCopyLoads * threads) {
-    uint4 v[kCopyLoads];
-#pragma unroll
-    for (int u = 0; u < kCopyLoads; ++u) {
-      const int i = base + u * threads;
-      if (i < pieces) v[u] = i < pieces_q ? from_q[i] : from_d[i - pieces_q];
-    }
-#pragma unroll
-    for (int u = 0; u < kCopyLoads; ++u) {
-      const int i = base + u * threads;
-      if (i < pieces) (i < pieces_q ? reinterpret_cast<uint4*>(q)[i] : reinterpret_cast<uint4*>(d)[i - pieces_q]) = v[u];
-    }
-  }
+#pragma unroll 4
+  for (int i = threadIdx.x; i < K / 16; i += threads) reinterpret_cast<uint4*>(q)[i] = from_q[i];
+  for (int i = threadIdx.x; i < scales / 4; i += threads) reinterpret_cast<uint4*>(d)[i] = from_d[i];
   if (consumers)
     consumer_barrier();
   else

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int P = kLong ? 2 : 1;
   const auto inputs = [&] {
-    return kLong || shape.staged_bytes > 0 ? ring_copied_inputs(q8, (kRows == RingRows::Q4 || kRows == RingRows::Both) && q8.planar, smem,
+    return kLong ? ring_copied_inputs(q8, (kRows == RingRows::Q4 || kRows == RingRows::Both) && q8.planar, smem,
                                       shape.flags.consumers_stage)
                  : q8;
   };
@@ -87,7 +87,7 @@ constexpr int kLongRingStages = 2;
 RingShape residual_ring(const void* w, const void* scale, int rows, int K, RingTuning tuning, bool q8) {
   const bool long_rows =
       rows % (2 * kRingWarps) == 0 && (tuning.long_rows ? tuning.long_rows > 0 : rows >= 3072 && K >= 3072);
-  const size_t staged = long_rows || tuning.copy_inputs > 0 ? stage_q8_bytes(K) : 0;
+  const size_t staged = long_rows ? stage_q8_bytes(K) : 0;
   for (int split = tuning.split ? tuning.split : 1; split <= kRingWarps; split *= 2) {
     RingShape shape = ring_shape_rows(w, scale, rows, long_rows ? 2 : 1, K, 1, staged, split,
                                       long_rows ? 2 : kRingBlocksPerSm, q8);
