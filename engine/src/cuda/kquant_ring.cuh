@@ -320,19 +320,18 @@ __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const f
 }
 
 // The int8 inputs in q8 (global memory: the values, their pair-planar copy where there is one,
-// the scales) asked for into L1, a 128-byte line a thread, without waiting (RingFlags::
-// inputs_to_l1), so that the sums' loads of them find them there. Every thread calls it, or every
-// consumer warp's (`consumers`).
+// the scales) asked for into L1, a 128-byte line a thread and step, without waiting
+// (RingFlags::inputs_to_l1), so that the sums' loads of them find them there. Every thread calls
+// it, or every consumer warp's (`consumers`).
 __device__ __forceinline__ void ring_inputs_to_l1(const Q8Inputs& q8, bool consumers) {
   const int threads = consumers ? kRingWarps * kWarp : int(blockDim.x);
-  const int values = (q8.K + 127) / 128, scales = (q8.K / 32 * int(sizeof(float)) + 127) / 128;
-  const int planar = q8.planar ? values : 0;
-  for (int i = int(threadIdx.x); i < values + planar + scales; i += threads) {
-    const void* line = i < values            ? static_cast<const void*>(q8.q + size_t(i) * 128)
-                       : i < values + planar ? static_cast<const void*>(q8.planar + size_t(i - values) * 128)
-                                             : static_cast<const void*>(q8.d + size_t(i - values - planar) * 32);
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(line));
-  }
+  const auto ask = [&](const void* p, size_t bytes) {
+    for (size_t off = size_t(threadIdx.x) * 128; off < bytes; off += size_t(threads) * 128)
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(p) + off));
+  };
+  ask(q8.q, size_t(q8.K));
+  if (q8.planar) ask(q8.planar, size_t(q8.K));
+  ask(q8.d, size_t(q8.K / 32) * sizeof(float));
 }
 
 // The int8 inputs in q8 (global memory) copied into the block's staged bytes (the scales, then
