@@ -37,6 +37,12 @@ constexpr int kRingBlocksPerSm = 3;  // 2 measured slower on the 7B gate/up (2.7
 #ifndef RUNAHEAD_RING_DIAG
 #define RUNAHEAD_RING_DIAG 0
 #endif
+// Build-time candidate, unmeasured (NOTES v56): 1, ring_norm_inputs sums the warps' squares
+// unrolled (the same additions in the same order, the same bits) instead of a loop to a runtime
+// bound, whose shared loads went one after another.
+#ifndef RUNAHEAD_RING_SQUARES_UNROLLED
+#define RUNAHEAD_RING_SQUARES_UNROLLED 0
+#endif
 
 // Which formats a ring's rows have: every row Q4_K, every row Q6_K, Q4_K rows then Q6_K
 // ones (a fused q/k/v whose v, or k and v, are Q6_K), or every row Q8_0.
@@ -314,7 +320,13 @@ __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const f
   // ends with a barrier (of the consumer warps where they alone stage)
   const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar, s.flags.consumers_stage);
   float total = 0.0f;
+#if RUNAHEAD_RING_SQUARES_UNROLLED
+#pragma unroll
+  for (int w = 0; w < kRingWarps + 1; ++w)
+    if (w < kRingWarps || !s.flags.consumers_stage) total += squares[w];
+#else
   for (int w = 0; w < kRingWarps + (s.flags.consumers_stage ? 0 : 1); ++w) total += squares[w];
+#endif
   inv = rsqrtf(total / float(H) + eps);
   return in;
 }
