@@ -406,15 +406,6 @@ TEST_CASE("cuda k-quant: gate/up, o_proj, down and q/k/v through the bulk-copy r
       auto [copied, read] = switched_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_LONG", "1");
       CHECK(decode_gap(*copied, *read, V, 6) == 0.0);
     }
-    // ... and short rows' inputs asked for into L1 after the wait (RUNAHEAD_CUDA_RING_INPUTS_L1=1)
-    // against not: a prefetch moves no data the sums read, so the same bits
-    {
-      setenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL", "1", 1);
-      auto [to_l1, not_asked] =
-          flagged_pair(m.w, options, "RUNAHEAD_CUDA_RING_INPUTS_L1", "1", "short_residual_ring_inputs_to_l1");
-      unsetenv("RUNAHEAD_CUDA_KQ_RING_RESIDUAL");
-      CHECK(decode_gap(*to_l1, *not_asked, V, 6) == 0.0);
-    }
     // q/k/v through it (tiles of a head's rows and those RoPE pairs them with; the mix's layer
     // 0 has Q4_K q/k and Q6_K v), against none
     auto [qkv_ring, qkv_loads] = flagged_pair(m.w, options, "RUNAHEAD_CUDA_KQ_RING_QKV", "force", "kquant_qkv_ring");

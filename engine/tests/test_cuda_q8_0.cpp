@@ -160,19 +160,6 @@ TEST_CASE("cuda q8_0: one token's o_proj and down through the bulk-copy ring com
     CHECK(run.ring);
     CHECK(run.gap < 1e-5);
   }
-  // Short rows whose inputs are asked for into L1 after the wait (RingFlags::inputs_to_l1), 1 and
-  // 2 warps a row: the same arithmetic.
-  for (const auto [K, split] : {std::pair{512, 1}, std::pair{4096, 2}}) {
-    CAPTURE(K);
-    CAPTURE(split);
-    RingTuning tuning;
-    tuning.split = split;
-    tuning.long_rows = -1;
-    tuning.flags.inputs_to_l1 = true;
-    const ResidualRun run = q8_residual_run(128, K, 1, KqRing::Forced, tuning, rng);
-    CHECK(run.ring);
-    CHECK(run.gap < 1e-5);
-  }
   // Rows of 96 weights, or rows not a whole number of tiles, take the per-warp kernel.
   for (const auto [rows, K] : {std::pair{128, 96}, std::pair{70, 4096}}) {
     CAPTURE(rows);

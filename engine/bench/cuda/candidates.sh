@@ -5,8 +5,8 @@
 # switches.sh over the builds (and ENV_VARIANTS on the default build), rounds interleaved, ratios
 # against the default build's.
 # Usage (repository root, on a GPU machine; .devdeps/ carried as run_on_device.sh says):
-#   CANDIDATES="-DRUNAHEAD_RING_SQUARES_UNROLLED=1;-DRUNAHEAD_STAGE_Q8_PASSES=3" \
-#   ENV_VARIANTS="RUNAHEAD_CUDA_RING_INPUTS_L1=1" bash engine/bench/cuda/candidates.sh
+#   CANDIDATES="-DRUNAHEAD_FOO=1;-DRUNAHEAD_BAR=3" ENV_VARIANTS="RUNAHEAD_CUDA_BAZ=1" \
+#   bash engine/bench/cuda/candidates.sh   (NOTES v56: the first use, its command and table)
 #   CANDIDATES: ";"-separated, each one build's CMAKE_CUDA_FLAGS; candidate N is built in
 #   /tmp/cand-N (a diagnostic build's tests fail by design: RUNAHEAD_RING_DIAG's results are wrong).
 #   ENV_VARIANTS: ";"-separated, each a space-separated NAME=VALUE list run on the default build,

@@ -604,20 +604,8 @@ template <class Kernel> int blocks_per_sm(Kernel kernel, int threads, size_t sme
 // Lane l's value v of 32 (one per lane of the warp) quantized as llama.cpp's quantize_q8_1:
 // scale = largest magnitude / 127, q = round(v / scale) (0 when all are 0). (One reciprocal a
 // group, v * (1 / scale) as llama.cpp's CPU quantizer does, measured no faster: NOTES v47.)
-// Build-time candidate, unmeasured (NOTES v56): 3, stage_q8 in three passes over its loads
-// (values and maxima; the groups' shuffles, a level for all loads at a time; scales, values and
-// stores) so that the loads' shuffles and divisions overlap, and q8_value without its branch
-// (v55's attempt, x1.16 slower on the 1.5B, divided 0 by 0 past the end of K, likely div.rn's
-// slow path; here a group whose amax is 0, all of whose values are then 0, divides by 1).
-#ifndef RUNAHEAD_STAGE_Q8_PASSES
-#define RUNAHEAD_STAGE_Q8_PASSES 1
-#endif
 __device__ __forceinline__ int8_t q8_value(float v, float amax, float scale) {
-#if RUNAHEAD_STAGE_Q8_PASSES == 3
-  return int8_t(int(roundf(v / (amax == 0.0f ? 1.0f : scale))));
-#else
   return int8_t(amax == 0.0f ? 0 : int(roundf(v / scale)));
-#endif
 }
 __device__ __forceinline__ int8_t q8_lane(float v, float& scale) {
   const float amax = warp_max(fabsf(v));
@@ -657,29 +645,6 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
       xv[u] = k < K ? *reinterpret_cast<const float4*>(x + k) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       gv[u] = k < K ? __ldg(reinterpret_cast<const float4*>(g + k)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-#if RUNAHEAD_STAGE_Q8_PASSES == 3
-    // Every load's group, those past the end too (zeros: they add nothing to sq, store nothing).
-    float v[kStageLoads][4], amax[kStageLoads];
-#pragma unroll
-    for (int u = 0; u < kStageLoads; ++u) {
-      const float4 a = xv[u], b = gv[u];
-      sq = fmaf(a.x, a.x, fmaf(a.y, a.y, fmaf(a.z, a.z, fmaf(a.w, a.w, sq))));
-      v[u][0] = a.x * b.x, v[u][1] = a.y * b.y, v[u][2] = a.z * b.z, v[u][3] = a.w * b.w;
-      amax[u] = fmaxf(fmaxf(fabsf(v[u][0]), fabsf(v[u][1])), fmaxf(fabsf(v[u][2]), fabsf(v[u][3])));
-    }
-#pragma unroll
-    for (int o = 1; o < 8; o *= 2)  // the group's 8 lanes
-#pragma unroll
-      for (int u = 0; u < kStageLoads; ++u) amax[u] = fmaxf(amax[u], __shfl_xor_sync(0xFFFFFFFFu, amax[u], o));
-#pragma unroll
-    for (int u = 0; u < kStageLoads; ++u) {
-      const int k = base + (u * warps + warp) * 128 + 4 * lane;
-      const float scale = amax[u] / 127.0f;
-      uint32_t packed = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        packed |= uint32_t(uint8_t(q8_value(v[u][i], amax[u], scale))) << (8 * i);
-#else
 #pragma unroll
     for (int u = 0; u < kStageLoads; ++u) {
       const int k = base + (u * warps + warp) * 128 + 4 * lane;
@@ -695,7 +660,6 @@ __device__ __forceinline__ Q8Inputs stage_q8(const float* x, const float* g, int
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         packed |= uint32_t(uint8_t(q8_value(v[i], amax, scale))) << (8 * i);
-#endif
       if (k < K) {
         *reinterpret_cast<uint32_t*>(q + k) = packed;
         if (planar) *reinterpret_cast<uint32_t*>(planar + planar_index(k, K)) = packed;

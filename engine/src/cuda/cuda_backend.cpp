@@ -244,7 +244,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
               {"ring_tiles_in_flight", ring_flags_.in_flight},
               {"ring_inputs_staged_by_consumers", ring_flags_.consumers_stage},
               {"residual_ring_inputs_copied_by_consumers", residual_tuning_.flags.consumers_stage},
-              {"short_residual_ring_inputs_to_l1", residual_tuning_.flags.inputs_to_l1},
               {"ring_producers_unwaited", ring_flags_.producer_unwaited && ring_flags_.consumers_stage},
               {"ring_prefetches_next_kb", ring_prefetch_ / 1024},
               {"down_launched_before_its_quantize_waits", !layers_.empty() && down_quantized_early()},
@@ -704,7 +703,6 @@ class CudaBackendImpl final : public CudaBackend, private StepParts {
     ring_prefetch_ = size_t(kb ? std::max(0, std::atoi(kb)) : kRingPrefetchKb) * 1024;
     residual_tuning_.flags = ring_flags_;
     residual_tuning_.flags.consumers_stage = ring_flags_.consumers_stage && !env_is("RUNAHEAD_CUDA_RING_STAGE", "consumers");
-    residual_tuning_.flags.inputs_to_l1 = env_is("RUNAHEAD_CUDA_RING_INPUTS_L1", "1");
     // RUNAHEAD_CUDA_QUANTIZE_EARLY=1 / 0: down launched before its quantize waits always /
     // never (RingTuning::quantize_early; its rule otherwise), to measure.
     residual_tuning_.quantize_early = env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "1") ? 1 : env_is("RUNAHEAD_CUDA_QUANTIZE_EARLY", "0") ? -1 : 0;

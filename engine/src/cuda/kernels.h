@@ -111,10 +111,6 @@ struct RingFlags {
   // With consumers_stage: the producer warp, which then reads weights alone, does not wait for
   // the kernel before (NOTES v42; RUNAHEAD_CUDA_RING_PRODUCER=0: it waits, to measure).
   bool producer_unwaited = true;
-  // A residual ring whose rows are not long (its sums read the int8 inputs from global memory)
-  // asks for them into L1 right after its wait, before its first tile is in
-  // (RUNAHEAD_CUDA_RING_INPUTS_L1=1; off: written after the device time ran out, unmeasured).
-  bool inputs_to_l1 = false;
   RingPrefetch next;  // the next ring's first bytes, this launch's own (none by default)
 };
 // Whether this device runs the rings (bulk copies: compute capability 9.0 or more).

@@ -37,12 +37,6 @@ constexpr int kRingBlocksPerSm = 3;  // 2 measured slower on the 7B gate/up (2.7
 #ifndef RUNAHEAD_RING_DIAG
 #define RUNAHEAD_RING_DIAG 0
 #endif
-// Build-time candidate, unmeasured (NOTES v56): 1, ring_norm_inputs sums the warps' squares
-// unrolled (the same additions in the same order, the same bits) instead of a loop to a runtime
-// bound, whose shared loads went one after another.
-#ifndef RUNAHEAD_RING_SQUARES_UNROLLED
-#define RUNAHEAD_RING_SQUARES_UNROLLED 0
-#endif
 
 // Which formats a ring's rows have: every row Q4_K, every row Q6_K, Q4_K rows then Q6_K
 // ones (a fused q/k/v whose v, or k and v, are Q6_K), or every row Q8_0.
@@ -319,31 +313,14 @@ __device__ __forceinline__ Q8Inputs ring_norm_inputs(const RingShape& s, const f
   int8_t* planar = s.planar_at ? reinterpret_cast<int8_t*>(smem + s.planar_at) : nullptr;
   // ends with a barrier (of the consumer warps where they alone stage)
   const Q8Inputs in = stage_q8(x, norm, H, reinterpret_cast<float*>(smem), squares, planar, s.flags.consumers_stage);
+  // The warps' sums in order, unrolled so that their shared loads are asked for together (a loop
+  // to a runtime bound asked for them one after another; NOTES v56: 1.5B Q4_K_M x0.996).
   float total = 0.0f;
-#if RUNAHEAD_RING_SQUARES_UNROLLED
 #pragma unroll
   for (int w = 0; w < kRingWarps + 1; ++w)
     if (w < kRingWarps || !s.flags.consumers_stage) total += squares[w];
-#else
-  for (int w = 0; w < kRingWarps + (s.flags.consumers_stage ? 0 : 1); ++w) total += squares[w];
-#endif
   inv = rsqrtf(total / float(H) + eps);
   return in;
-}
-
-// The int8 inputs in q8 (global memory: the values, their pair-planar copy where there is one,
-// the scales) asked for into L1, a 128-byte line a thread and step, without waiting
-// (RingFlags::inputs_to_l1), so that the sums' loads of them find them there. Every thread calls
-// it, or every consumer warp's (`consumers`).
-__device__ __forceinline__ void ring_inputs_to_l1(const Q8Inputs& q8, bool consumers) {
-  const int threads = consumers ? kRingWarps * kWarp : int(blockDim.x);
-  const auto ask = [&](const void* p, size_t bytes) {
-    for (size_t off = size_t(threadIdx.x) * 128; off < bytes; off += size_t(threads) * 128)
-      asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(p) + off));
-  };
-  ask(q8.q, size_t(q8.K));
-  if (q8.planar) ask(q8.planar, size_t(q8.K));
-  ask(q8.d, size_t(q8.K / 32) * sizeof(float));
 }
 
 // The int8 inputs in q8 (global memory) copied into the block's staged bytes (the scales, then

@@ -56,7 +56,6 @@ __global__ void __launch_bounds__(kRingThreads, kLong ? 2 : kRingBlocksPerSm)
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int P = kLong ? 2 : 1;
   const auto inputs = [&] {
-    if (!kLong && shape.flags.inputs_to_l1) ring_inputs_to_l1(q8, shape.flags.consumers_stage);
     return kLong ? ring_copied_inputs(q8, (kRows == RingRows::Q4 || kRows == RingRows::Both) && q8.planar, smem,
                                       shape.flags.consumers_stage)
                  : q8;
