@@ -14,12 +14,16 @@
 #   another commit's engine/ (on the host: `git archive COMMIT engine/CMakeLists.txt engine/src
 #   engine/bench/backends engine/bench/cpu | tar -x -C .base`; .base/ ignored, carried), built
 #   without tests. TESTS (doctest -tc pattern, default "cuda*": the whole CUDA suite, ~15 s a
-#   build), CASES, CTX, ROUNDS, REPS as switches.sh takes them.
-# Time on an H100: 3-4 builds in parallel ~2.5 min; then ~10 s a (variant, case) a round at REPS=15.
+#   build), CASES, CTX, ROUNDS, REPS as switches.sh takes them; CTXS ("512 2048"): the table once
+#   a context, in turn. BUDGET_S (default 540): runs that could not end that many seconds after
+#   the start are skipped (switches.sh's UNTIL), so a 10-minute call brings its table back.
+# Time on an H100: 3-4 builds in parallel ~2.5 min; then a (variant, case) a round at REPS=10 takes
+# ~8 s on a 1.5B, ~20-25 s on a 7B (most of it writing and loading the random weights).
 # Output: $OUT/summary.txt (builds, tests, the table), $OUT/switches.md, everything else in
 # $OUT/candidates.tgz (build and test logs, each run's JSON): few files, as the device tool
 # brings back.
 set -u
+START=$(date +%s)
 OUT=${OUT:-$PWD/candidates-out}
 WORK=$OUT/candidates
 mkdir -p "$WORK"
@@ -68,7 +72,12 @@ for e in "${envs[@]}"; do [ -n "$e" ] && variants+=("$e"); done
 [ ${#variants[@]} -gt 1 ] || { log "nothing to compare with the default"; exit 1; }
 joined=$(IFS=';'; echo "${variants[*]}")
 log "variants: default;${joined#;} (the candidates in the order given, the base, then ENV_VARIANTS)"
-OUT=$WORK VARIANTS="$joined" bash "$ROOT/engine/bench/cuda/switches.sh" /tmp/cand-default/runahead-engine |
-  tee -a "$OUT/summary.txt"
-cp "$WORK/switches.md" "$OUT/switches.md" 2>/dev/null
+# Runs that could not end within BUDGET_S (default 540) of this script's start are skipped, so that
+# the table and the tarball come back from a 10-minute device call.
+for ctx in ${CTXS:-${CTX:-512}}; do
+  mkdir -p "$WORK/ctx-$ctx"
+  OUT=$WORK/ctx-$ctx CTX=$ctx UNTIL=$((START + ${BUDGET_S:-540})) VARIANTS="$joined" \
+    bash "$ROOT/engine/bench/cuda/switches.sh" /tmp/cand-default/runahead-engine | tee -a "$OUT/summary.txt"
+  { echo "## context $ctx"; cat "$WORK/ctx-$ctx/switches.md"; } >> "$OUT/switches.md" 2>/dev/null
+done
 tar -czf "$OUT/candidates.tgz" -C "$OUT" candidates && rm -rf "$WORK"

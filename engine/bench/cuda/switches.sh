@@ -13,7 +13,9 @@
 #   alone is that binary with no switch). The device machine has no git: on the host, `git archive
 #   COMMIT engine/CMakeLists.txt engine/src engine/bench/backends engine/bench/cpu | tar -x -C .base`
 #   (.base/ ignored, carried), there `cmake -S .base/engine -B /tmp/base ... -DRUNAHEAD_TESTS=OFF`.
-# Output: stdout and $OUT/switches.md; each run's JSON in $OUT/switches/ (named by case with "_" for
+#   UNTIL (seconds since the epoch): runs that could not end by then are skipped (a device call's
+#   limit), the table made from those that ran.
+# Output: stdout (a line a run as it ends, then the table) and $OUT/switches.md; each run's JSON in $OUT/switches/ (named by case with "_" for
 # ":", a name the device tool brings back).
 # Time: ~10-15 s a run (one variant, one case) on an H100, so 2 variants x 3 cases take ~1.3 min
 # a round: a 10-minute call fits several rounds beside the build.
@@ -40,11 +42,20 @@ for round in $(seq "$ROUNDS"); do
         binary=${vars%% *} binary=${binary#@}
         [[ $vars == *" "* ]] && vars=${vars#* } || vars=""
       fi
+      if [ -n "${UNTIL:-}" ] && [ $(( $(date +%s) + 45 )) -gt "$UNTIL" ]; then
+        echo "$case [${variants[$v]:-default}] round $round: skipped (UNTIL)"
+        rm -f "$OUT/switches/$run-$v-$round.json"
+        continue
+      fi
       # shellcheck disable=SC2086  # each NAME=VALUE of the variant is one word for env
       timeout 240 env $vars "$binary" bench --backend cuda --random-shape "$shape" --ctx "$CTX" --tokens 256 \
         --prefill 0 --reps "$REPS" --weights "$weights" --json > "$OUT/switches/$run-$v-$round.json" \
         2> "$OUT/switches/$run-$v-$round.err" ||
         echo "$case [${variants[$v]:-default}] round $round: exit $? ($(tail -1 "$OUT/switches/$run-$v-$round.err"))" >&2
+      # each run's figure as it comes, so that a call cut short still shows what it measured
+      figure() { grep -o "\"$1\": *[0-9.]*" "$OUT/switches/$run-$v-$round.json" | grep -o '[0-9.]*$' | cut -c1-5; }
+      echo "$case ctx $CTX [${variants[$v]:-default}] round $round: $(figure decode_ms_per_token) ms/token" \
+        "(bound $(figure bound_ms_per_token))"
     done
   done
 done
