@@ -378,12 +378,8 @@ template <int kThreads, bool kCluster> void launch(const DecodeAttention& a, con
                       stream, a, q, pos, out);
 }
 
-// Blocks of 256 threads (8 positions at a time for a head_dim of 128, so 64 a round of loads)
-// where the grid fits in one wave of them, else of 128 (two waves of the wider blocks: H200,
-// the 7B's 28 heads x 15 splits at 2 blocks of 256 a multiprocessor, us a step alone: 252 at
-// 128 threads, 363 at 256; the 1.5B's 12 x 16 splits: 207 at 128, 184 at 256).
-int threads_for(const DecodeAttention& a, int n) {
-  if (forced_threads()) return forced_threads();
+// Blocks of 256 threads this device holds at once.
+int wide_resident() {
   static const int resident = [] {
     int device = 0, sms = 0, per_sm = 0;
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
@@ -392,7 +388,15 @@ int threads_for(const DecodeAttention& a, int n) {
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return sms * per_sm;
   }();
-  return a.splits * a.heads * n <= resident ? 256 : 128;
+  return resident;
+}
+// Blocks of 256 threads (8 positions at a time for a head_dim of 128, so 64 a round of loads)
+// where the grid fits in one wave of them, else of 128 (two waves of the wider blocks: H200,
+// the 7B's 28 heads x 15 splits at 2 blocks of 256 a multiprocessor, us a step alone: 252 at
+// 128 threads, 363 at 256; the 1.5B's 12 x 16 splits: 207 at 128, 184 at 256).
+int threads_for(const DecodeAttention& a, int n) {
+  if (forced_threads()) return forced_threads();
+  return a.splits * a.heads * n <= wide_resident() ? 256 : 128;
 }
 
 }  // namespace
@@ -402,7 +406,14 @@ int threads_for(const DecodeAttention& a, int n) {
 // takes at most kMaxAttentionCluster of them to merge in a cluster (1.5B: 32 -> 16), which
 // gained more than the splits lost: the 1.5B 1.028 -> 1.004 ms/token, 7B 2.070 -> 2.030
 // (v27); at context 2048 the 1.5B 1.190 -> 1.189.
-int attention_splits(int heads, int sms) { return std::clamp((3 * sms + heads - 1) / heads, 1, kWarp); }
+// Where those splits, at most kMaxAttentionCluster, do not fit one wave of 256-thread blocks (the
+// 7B's 28 heads: 15 splits, 128-thread blocks, two rounds of loads at context 512), as many as do
+// (9), at least 2: one round there, every position loaded before pdl_wait (NOTES v57).
+int attention_splits(int heads, int sms) {
+  const int three = std::clamp((3 * sms + heads - 1) / heads, 1, kWarp);
+  const int wave = wide_resident() / heads;
+  return std::min(three, kMaxAttentionCluster) * heads > wide_resident() && wave >= 2 ? wave : three;
+}
 
 bool attention_cluster_fits(int splits, bool push, bool counted) {
   if (splits < 2 || splits > kMaxAttentionCluster || !bulk_copies_on()) return false;
