@@ -14,8 +14,8 @@
 #   another commit's engine/ (on the host: `git archive COMMIT engine/CMakeLists.txt engine/src
 #   engine/bench/backends engine/bench/cpu | tar -x -C .base`; .base/ ignored, carried), built
 #   without tests. TESTS (doctest -tc pattern, default "cuda*": the whole CUDA suite, ~15 s a
-#   build), CASES, CTX, ROUNDS, REPS as switches.sh takes them; CTXS ("512 2048"): the table once
-#   a context, in turn. BUDGET_S (default 540): runs that could not end that many seconds after
+#   build), CASES, CTX, ROUNDS, REPS as switches.sh takes them; CTXS ("512 2048 512"): the table
+#   once a context named, in turn. BUDGET_S (default 540): runs that could not end that many seconds after
 #   the start are skipped (switches.sh's UNTIL), so a 10-minute call brings its table back.
 # Time on an H100: 3-4 builds in parallel ~2.5 min; then a (variant, case) a round at REPS=10 takes
 # ~8 s on a 1.5B, ~20-25 s on a 7B (most of it writing and loading the random weights).
@@ -74,10 +74,13 @@ joined=$(IFS=';'; echo "${variants[*]}")
 log "variants: default;${joined#;} (the candidates in the order given, the base, then ENV_VARIANTS)"
 # Runs that could not end within BUDGET_S (default 540) of this script's start are skipped, so that
 # the table and the tarball come back from a 10-minute device call.
+# (A context named twice is measured twice, in turn: "512 2048 512".)
+pass=0
 for ctx in ${CTXS:-${CTX:-512}}; do
-  mkdir -p "$WORK/ctx-$ctx"
-  OUT=$WORK/ctx-$ctx CTX=$ctx UNTIL=$((START + ${BUDGET_S:-540})) VARIANTS="$joined" \
+  pass=$((pass + 1)) dir=$WORK/pass-$pass-ctx-$ctx
+  mkdir -p "$dir"
+  OUT=$dir CTX=$ctx UNTIL=$((START + ${BUDGET_S:-540})) VARIANTS="$joined" \
     bash "$ROOT/engine/bench/cuda/switches.sh" /tmp/cand-default/runahead-engine | tee -a "$OUT/summary.txt"
-  { echo "## context $ctx"; cat "$WORK/ctx-$ctx/switches.md"; } >> "$OUT/switches.md" 2>/dev/null
+  { echo "## context $ctx (pass $pass)"; cat "$dir/switches.md"; } >> "$OUT/switches.md" 2>/dev/null
 done
 tar -czf "$OUT/candidates.tgz" -C "$OUT" candidates && rm -rf "$WORK"
