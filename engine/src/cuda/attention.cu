@@ -406,11 +406,16 @@ int threads_for(const DecodeAttention& a, int n) {
 // takes at most kMaxAttentionCluster of them to merge in a cluster (1.5B: 32 -> 16), which
 // gained more than the splits lost: the 1.5B 1.028 -> 1.004 ms/token, 7B 2.070 -> 2.030
 // (v27); at context 2048 the 1.5B 1.190 -> 1.189.
-// Where those splits, at most kMaxAttentionCluster, do not fit one wave of 256-thread blocks (the
-// 7B's 28 heads: 15 splits, 128-thread blocks, two rounds of loads at context 512), as many as do
-// (9), at least 2: one round there, every position loaded before pdl_wait (NOTES v57).
+// Candidate, built with -DRUNAHEAD_ATTENTION_ONE_WAVE=1, not yet measured (NOTES v57): where those
+// splits, at most kMaxAttentionCluster, do not fit one wave of 256-thread blocks (the 7B's 28
+// heads: 15 splits of 128 threads, two rounds of loads at context 512), as many as do (9 on an
+// H100 or H200), at least 2: one round there, every position loaded before pdl_wait.
+#ifndef RUNAHEAD_ATTENTION_ONE_WAVE
+#define RUNAHEAD_ATTENTION_ONE_WAVE 0
+#endif
 int attention_splits(int heads, int sms) {
   const int three = std::clamp((3 * sms + heads - 1) / heads, 1, kWarp);
+  if (!RUNAHEAD_ATTENTION_ONE_WAVE) return three;
   const int wave = wide_resident() / heads;
   return std::min(three, kMaxAttentionCluster) * heads > wide_resident() && wave >= 2 ? wave : three;
 }
