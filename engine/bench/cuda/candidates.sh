@@ -32,6 +32,7 @@ log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > "$WORK/gpu.txt" 2>&1
 log "gpu: $(tail -1 "$WORK/gpu.txt")"
 
+. "$ROOT/engine/bench/cuda/engine_for_bench.sh" /tmp/cand-default/runahead-engine  # BENCH_CMAKE_ARGS, no build
 IFS=';' read -r -a flags <<< "${CANDIDATES:-}"
 dirs=(/tmp/cand-default) srcs=(engine) cflags=("") targets=("runahead-engine engine-tests")
 for i in "${!flags[@]}"; do
@@ -44,8 +45,7 @@ fi
 jobs=$(( $(nproc) / ${#dirs[@]} + 1 ))
 for b in "${!dirs[@]}"; do
   (
-    args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90)
-    [ -d "$ROOT/.devdeps" ] && args+=("-DCMAKE_PREFIX_PATH=$ROOT/.devdeps")
+    args=("${BENCH_CMAKE_ARGS[@]}")
     [ -n "${cflags[$b]}" ] && args+=("-DCMAKE_CUDA_FLAGS=${cflags[$b]}")
     [[ ${targets[$b]} == *engine-tests* ]] || args+=(-DRUNAHEAD_TESTS=OFF)
     name=$(basename "${dirs[$b]}")
