@@ -408,16 +408,40 @@ int threads_for(const DecodeAttention& a, int n) {
 // (v27); at context 2048 the 1.5B 1.190 -> 1.189.
 // Candidate, built with -DRUNAHEAD_ATTENTION_ONE_WAVE=1, not yet measured (NOTES v57): where those
 // splits, at most kMaxAttentionCluster, do not fit one wave of 256-thread blocks (the 7B's 28
-// heads: 15 splits of 128 threads, two rounds of loads at context 512), as many as do (9 on an
-// H100 or H200), at least 2: one round there, every position loaded before pdl_wait.
+// heads: 15 splits of 128 threads, two rounds of loads at context 512), the most that do, at
+// least 2 (one_wave_splits): one round there, every position loaded before pdl_wait.
 #ifndef RUNAHEAD_ATTENTION_ONE_WAVE
 #define RUNAHEAD_ATTENTION_ONE_WAVE 0
 #endif
+namespace {
+// The most splits a head, from `most` down to 2, whose 256-thread blocks are all resident at once:
+// where clusters run, as `heads` clusters of that many (a cluster's blocks share one GPC, so a
+// device holds fewer clusters than its blocks alone suggest); else as blocks. 0: none.
+int one_wave_splits(int heads, int most) {
+  for (int s = most; s >= 2; --s) {
+    if (s * heads > wide_resident()) continue;
+    if (!bulk_copies_on()) return s;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(s), unsigned(heads), 1);
+    config.blockDim = dim3(256);
+    cudaLaunchAttribute attr = cluster_attribute(unsigned(s));
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, cluster_kernel<256, true, true>(), &config) != cudaSuccess) {
+      cudaGetLastError();  // not a sticky error
+      continue;
+    }
+    if (clusters >= heads) return s;
+  }
+  return 0;
+}
+}  // namespace
 int attention_splits(int heads, int sms) {
-  const int three = std::clamp((3 * sms + heads - 1) / heads, 1, kWarp);
-  if (!RUNAHEAD_ATTENTION_ONE_WAVE) return three;
-  const int wave = wide_resident() / heads;
-  return std::min(three, kMaxAttentionCluster) * heads > wide_resident() && wave >= 2 ? wave : three;
+  const int three = std::clamp((3 * sms + heads - 1) / heads, 1, kWarp), most = std::min(three, kMaxAttentionCluster);
+  if (!RUNAHEAD_ATTENTION_ONE_WAVE || most * heads <= wide_resident()) return three;
+  const int wave = one_wave_splits(heads, most);
+  return wave ? wave : three;
 }
 
 bool attention_cluster_fits(int splits, bool push, bool counted) {
