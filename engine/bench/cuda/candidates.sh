@@ -18,7 +18,7 @@
 #   once a context named, in turn. BUDGET_S (default 540): runs that could not end that many seconds after
 #   the start are skipped (switches.sh's UNTIL), so a 10-minute call brings its table back.
 # Time on an H100: 3-4 builds in parallel ~2.5 min; then a (variant, case) a round at REPS=10 takes
-# ~8 s on a 1.5B, ~20-25 s on a 7B (most of it writing and loading the random weights).
+# ~8 s on a 1.5B, ~20-30 s on a 7B (most of it making the random weights and quantizing them at load).
 # Output: $OUT/summary.txt (builds, tests, the table), $OUT/switches.md, everything else in
 # $OUT/candidates.tgz (build and test logs, each run's JSON): few files, as the device tool
 # brings back.
