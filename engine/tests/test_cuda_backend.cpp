@@ -290,7 +290,7 @@ TEST_CASE("cuda ops: decode attention over long contexts with grouped query head
         {5, true, false, false, false}, {16, true, false, false, false}, {5, true, true, false, false},
         {16, true, true, false, false}, {5, true, true, true, false}, {16, true, true, true, false},
         {5, true, true, true, true}, {16, true, true, true, true},
-        // the 7B's split count (attention_splits: one wave of 256-thread blocks), a cluster of 9
+        // 9: the 7B's split count under the one-wave candidate (NOTES v57), a cluster past the portable 8
         {9, true, true, true, true}}) {
     CAPTURE(splits);
     CAPTURE(cluster);
