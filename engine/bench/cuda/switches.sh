@@ -6,7 +6,7 @@
 # bound. A switch is made the default only after such a table (engine/bench/cuda/NOTES.md).
 # Usage (repository root, on a GPU machine): bash engine/bench/cuda/switches.sh [ENGINE]
 #   ENGINE: a built runahead-engine (default: build one in $BUILD as formats.sh does).
-#   CASES ("shape:weights" ...), VARIANTS (";"-separated, each a space-separated list of NAME=VALUE;
+#   CASES ("shape:weights" ...), TOKENS (decoded a rep, 256), VARIANTS (";"-separated, each a space-separated list of NAME=VALUE;
 #   the first, "" by default, is the reference), CTX, ROUNDS, REPS override. A variant may begin
 #   with @BINARY: that runahead-engine instead of ENGINE (another commit's build, so the two
 #   commits' decode speeds come from interleaved rounds of one run; "@/tmp/base/runahead-engine"
@@ -30,6 +30,7 @@ VARIANTS=${VARIANTS:-;RUNAHEAD_CUDA_ATTENTION_PUSH=uncounted;RUNAHEAD_CUDA_RING_
 CTX=${CTX:-512}
 ROUNDS=${ROUNDS:-3}
 REPS=${REPS:-30}
+TOKENS=${TOKENS:-256}  # decoded a rep
 mkdir -p "$OUT/switches"
 . "$(dirname "$0")/engine_for_bench.sh"
 IFS=';' read -r -a variants <<< "$VARIANTS"
@@ -48,7 +49,7 @@ for round in $(seq "$ROUNDS"); do
         continue
       fi
       # shellcheck disable=SC2086  # each NAME=VALUE of the variant is one word for env
-      timeout 240 env $vars "$binary" bench --backend cuda --random-shape "$shape" --ctx "$CTX" --tokens 256 \
+      timeout 240 env $vars "$binary" bench --backend cuda --random-shape "$shape" --ctx "$CTX" --tokens "$TOKENS" \
         --prefill 0 --reps "$REPS" --weights "$weights" --json > "$OUT/switches/$run-$v-$round.json" \
         2> "$OUT/switches/$run-$v-$round.err" ||
         echo "$case [${variants[$v]:-default}] round $round: exit $? ($(tail -1 "$OUT/switches/$run-$v-$round.err"))" >&2
