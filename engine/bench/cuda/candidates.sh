@@ -14,9 +14,10 @@
 #   another commit's engine/ (on the host: `git archive COMMIT engine/CMakeLists.txt engine/src
 #   engine/bench/backends engine/bench/cpu | tar -x -C .base`; .base/ ignored, carried), built
 #   without tests. TESTS (doctest -tc pattern, default "cuda*": the whole CUDA suite, ~15 s a
-#   build), CASES, CTX, ROUNDS, REPS as switches.sh takes them; CTXS ("512 2048 512"): the table
-#   once a context named, in turn. BUDGET_S (default 540): runs that could not end that many seconds after
-#   the start are skipped (switches.sh's UNTIL), so a 10-minute call brings its table back.
+#   build), CASES, CTX, ROUNDS, REPS, TOKENS as switches.sh takes them; CTXS ("512 2048 512"):
+#   the table once a context named, in turn. BUDGET_S (default 540): runs that could not end that
+#   many seconds after the start are skipped (switches.sh's UNTIL), so a 10-minute call brings its
+#   table back.
 # Time on an H100: 3-4 builds in parallel ~2.5 min; then a (variant, case) a round at REPS=10 takes
 # ~8 s on a 1.5B, ~20-30 s on a 7B (most of it making the random weights and quantizing them at load).
 # Output: $OUT/summary.txt (builds, tests, the table), $OUT/switches.md, everything else in
@@ -72,9 +73,6 @@ for e in "${envs[@]}"; do [ -n "$e" ] && variants+=("$e"); done
 [ ${#variants[@]} -gt 1 ] || { log "nothing to compare with the default"; exit 1; }
 joined=$(IFS=';'; echo "${variants[*]}")
 log "variants: default;${joined#;} (the candidates in the order given, the base, then ENV_VARIANTS)"
-# Runs that could not end within BUDGET_S (default 540) of this script's start are skipped, so that
-# the table and the tarball come back from a 10-minute device call.
-# (A context named twice is measured twice, in turn: "512 2048 512".)
 pass=0
 for ctx in ${CTXS:-${CTX:-512}}; do
   pass=$((pass + 1)) dir=$WORK/pass-$pass-ctx-$ctx

@@ -6,8 +6,9 @@
 # bound. A switch is made the default only after such a table (engine/bench/cuda/NOTES.md).
 # Usage (repository root, on a GPU machine): bash engine/bench/cuda/switches.sh [ENGINE]
 #   ENGINE: a built runahead-engine (default: build one in $BUILD as formats.sh does).
-#   CASES ("shape:weights" ...), TOKENS (decoded a rep, 256), VARIANTS (";"-separated, each a space-separated list of NAME=VALUE;
-#   the first, "" by default, is the reference), CTX, ROUNDS, REPS override. A variant may begin
+#   CASES ("shape:weights" ...), VARIANTS (";"-separated, each a space-separated list of
+#   NAME=VALUE; the first, "" by default, is the reference), CTX, ROUNDS, REPS, TOKENS (decoded a
+#   rep, 256) override. A variant may begin
 #   with @BINARY: that runahead-engine instead of ENGINE (another commit's build, so the two
 #   commits' decode speeds come from interleaved rounds of one run; "@/tmp/base/runahead-engine"
 #   alone is that binary with no switch). The device machine has no git: on the host, `git archive
@@ -15,10 +16,10 @@
 #   (.base/ ignored, carried), there `cmake -S .base/engine -B /tmp/base ... -DRUNAHEAD_TESTS=OFF`.
 #   UNTIL (seconds since the epoch): runs that could not end by then are skipped (a device call's
 #   limit), the table made from those that ran.
-# Output: stdout (a line a run as it ends, then the table) and $OUT/switches.md; each run's JSON in $OUT/switches/ (named by case with "_" for
-# ":", a name the device tool brings back).
-# Time: ~10-15 s a run (one variant, one case) on an H100, so 2 variants x 3 cases take ~1.3 min
-# a round: a 10-minute call fits several rounds beside the build.
+# Output: stdout (a line a run as it ends, then the table) and $OUT/switches.md; each run's JSON
+# in $OUT/switches/ (named by case with "_" for ":", a name the device tool brings back).
+# Time on an H100, a run (one variant, one case): ~8-15 s on a 1.5B, ~20-30 s on a 7B (most of it
+# making the random weights and quantizing them at load, NOTES v57).
 # The default variants: v46's default turned off (the partials pushed and met at a cluster
 # barrier, not counted) and v42's (the rings' producer warps waiting for the kernel before): 9
 # runs a round, ~2 minutes at the default REPS, so a 10-minute call with the build holds ROUNDS=3.
@@ -34,6 +35,8 @@ TOKENS=${TOKENS:-256}  # decoded a rep
 mkdir -p "$OUT/switches"
 . "$(dirname "$0")/engine_for_bench.sh"
 IFS=';' read -r -a variants <<< "$VARIANTS"
+# A figure of a run's JSON (the file, the key), cut to 5 characters.
+figure() { grep -o "\"$2\": *[0-9.]*" "$1" | grep -o '[0-9.]*$' | cut -c1-5; }
 for round in $(seq "$ROUNDS"); do
   for case in $CASES; do
     shape=${case%%:*} weights=${case#*:} run=${case//:/_}
@@ -54,9 +57,9 @@ for round in $(seq "$ROUNDS"); do
         2> "$OUT/switches/$run-$v-$round.err" ||
         echo "$case [${variants[$v]:-default}] round $round: exit $? ($(tail -1 "$OUT/switches/$run-$v-$round.err"))" >&2
       # each run's figure as it comes, so that a call cut short still shows what it measured
-      figure() { grep -o "\"$1\": *[0-9.]*" "$OUT/switches/$run-$v-$round.json" | grep -o '[0-9.]*$' | cut -c1-5; }
-      echo "$case ctx $CTX [${variants[$v]:-default}] round $round: $(figure decode_ms_per_token) ms/token" \
-        "(bound $(figure bound_ms_per_token))"
+      json=$OUT/switches/$run-$v-$round.json
+      echo "$case ctx $CTX [${variants[$v]:-default}] round $round: $(figure "$json" decode_ms_per_token) ms/token" \
+        "(bound $(figure "$json" bound_ms_per_token))"
     done
   done
 done
